@@ -1,0 +1,3 @@
+from trainforge.cli import main
+
+main()

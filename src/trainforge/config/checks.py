@@ -1,0 +1,128 @@
+"""Cross-field rules that a single field's type cannot express.
+
+Each rule returns one-line messages naming the dotted field, the bad value and the fix.
+`platform` is the detected machine (for device and precision rules); it is passed in so that
+tests can check the rules against recorded platforms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainforge.config.schema import RunConfig
+
+if TYPE_CHECKING:
+    from trainforge.hardware import Platform
+
+# Side length and channel count of each built-in data set's images.
+DATASET_SHAPES = {"cifar10": (32, 3), "digits": (8, 1)}
+
+
+def image_shape(config: RunConfig) -> tuple[int, int]:
+    """(side in pixels, channels) of the images the model will see."""
+    return DATASET_SHAPES.get(config.data.dataset, (config.data.image_size or 32, 3))
+
+
+def check(config: RunConfig, platform: Platform | None = None) -> list[str]:
+    problems: list[str] = []
+    for rule in (_model_rules, _schedule_rules, _data_rules, _eval_rules, _output_rules):
+        problems.extend(rule(config))
+    if platform is not None:
+        problems.extend(_device_rules(config, platform))
+    return problems
+
+
+def _model_rules(c: RunConfig) -> list[str]:
+    out = []
+    m = c.model
+    if m.embedding_dim % m.num_heads:
+        out.append(
+            f"model.num_heads = {m.num_heads}: does not divide model.embedding_dim = "
+            f"{m.embedding_dim}; choose num_heads among "
+            f"{[h for h in range(1, 17) if m.embedding_dim % h == 0]}"
+        )
+    side, _ = image_shape(c)
+    if side % m.patch_size:
+        out.append(
+            f"model.patch_size = {m.patch_size}: does not divide the {side}-pixel images of "
+            f"{c.data.dataset}; choose a divisor of {side}"
+        )
+    return out
+
+
+def _schedule_rules(c: RunConfig) -> list[str]:
+    s, t = c.schedule, c.training
+    if t.max_steps == 0:
+        return ["training.max_steps = 0: nothing to train; use -1 (epochs) or a positive count"]
+    if s.warmup_steps is not None and t.max_steps > 0 and s.warmup_steps >= t.max_steps:
+        return [
+            f"schedule.warmup_steps = {s.warmup_steps}: not shorter than training.max_steps = "
+            f"{t.max_steps}; lower warmup_steps"
+        ]
+    if s.warmup_steps is None and t.max_steps < 0 and s.warmup_epochs >= t.num_train_epochs:
+        return [
+            f"schedule.warmup_epochs = {s.warmup_epochs:g}: not shorter than "
+            f"training.num_train_epochs = {t.num_train_epochs:g}; "
+            "lower warmup_epochs or train longer"
+        ]
+    return []
+
+
+def _data_rules(c: RunConfig) -> list[str]:
+    out = []
+    d = c.data
+    _, channels = image_shape(c)
+    if d.normalize_mean is not None and len(d.normalize_mean) != channels:
+        out.append(
+            f"data.normalize_mean = {d.normalize_mean}: {d.dataset} images have {channels} "
+            f"channel(s); give {channels} value(s) or remove it"
+        )
+    if d.dataset in DATASET_SHAPES and d.image_size is not None:
+        side, _ = DATASET_SHAPES[d.dataset]
+        if d.image_size != side:
+            out.append(
+                f"data.image_size = {d.image_size}: {d.dataset} images are {side}x{side}; "
+                "remove data.image_size (it applies to image-folder only)"
+            )
+    return out
+
+
+def _eval_rules(c: RunConfig) -> list[str]:
+    e, k = c.evaluation, c.checkpoint
+    if e.eval_every_epochs is None and e.eval_steps is None and k.save_best:
+        return [
+            "checkpoint.save_best = true needs validation: set evaluation.eval_every_epochs "
+            "or evaluation.eval_steps, or set checkpoint.save_best=false"
+        ]
+    return []
+
+
+def _output_rules(c: RunConfig) -> list[str]:
+    name = c.output.run_name
+    if name is not None and (
+        not name.strip() or ".." in name or "/" in name or "\\" in name or name.startswith(".")
+    ):
+        return [
+            f"output.run_name = {name!r}: must be a plain folder name (no '/', '\\\\', '..' or "
+            "leading '.'); e.g. vit-cifar10"
+        ]
+    return []
+
+
+def _device_rules(c: RunConfig, platform: Platform) -> list[str]:
+    from trainforge.errors import UserError
+    from trainforge.hardware import resolve_device
+
+    try:
+        device = resolve_device(c.training.device, platform)
+    except UserError as err:
+        return [f"training.device = {c.training.device!r}: {err}"]
+    precision = c.training.precision
+    if precision == "fp16" and device != "cuda":
+        return [
+            f"training.precision = 'fp16': needs a CUDA device, but this run uses {device}; "
+            "set training.precision=auto (fp32 on CPU) or bf16"
+        ]
+    if precision == "bf16" and device == "mps":
+        return ["training.precision = 'bf16': not supported on MPS; set training.precision=auto"]
+    return []

@@ -1,0 +1,224 @@
+"""The typed run config: one pydantic model per section, unknown keys rejected.
+
+A run config says *what* to train; a hardware profile (see `trainforge.profiles`) supplies
+*how* by setting fields of the same schema. Option names follow Hugging Face
+`TrainingArguments` where one exists, so users coming from the Trainer read them at once.
+Each field's description is its documentation (units included); `trainforge config show`
+and docs/configuration.md are generated from them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
+Device = Literal["auto", "cuda", "mps", "cpu"]
+
+
+class Section(BaseModel):
+    """Base for every section: unknown keys are errors, values are frozen after load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class TaskConfig(Section):
+    kind: Literal["image-classification"] = Field(
+        "image-classification",
+        description="What is trained: the task supplies model, batches, loss and metrics.",
+    )
+    label_smoothing: float = Field(
+        0.1, ge=0.0, lt=1.0, description="Label smoothing α for cross-entropy (ViT guide: 0.1)."
+    )
+
+
+class ModelConfig(Section):
+    arch: Literal["vit"] = Field("vit", description="Model family.")
+    patch_size: int = Field(4, ge=1, description="Side of a square image patch, in pixels.")
+    embedding_dim: int = Field(384, ge=8, description="Token width of the transformer.")
+    num_layers: int = Field(12, ge=1, le=128, description="Number of transformer blocks.")
+    num_heads: int = Field(
+        6, ge=1, description="Attention heads per block; must divide embedding_dim."
+    )
+    mlp_size: int = Field(1536, ge=8, description="Hidden width of each block's MLP.")
+    attention_dropout: float = Field(
+        0.1, ge=0.0, lt=1.0, description="Dropout on attention weights."
+    )
+    mlp_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after the MLP layers.")
+
+
+class DataConfig(Section):
+    dataset: Literal["cifar10", "digits", "image-folder"] = Field(
+        "cifar10",
+        description="cifar10 (torchvision), digits (scikit-learn, offline) or image-folder.",
+    )
+    root: str = Field("data/cifar10", description="Folder holding the data set files.")
+    download: bool = Field(True, description="cifar10: download into root when files are missing.")
+    image_size: int | None = Field(
+        None, ge=4, description="image-folder: square resize target in pixels (default 32)."
+    )
+    val_fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="Held-out share for digits and image-folder without val/."
+    )
+    dataloader_num_workers: int = Field(
+        0, ge=0, le=64, description="Loader worker processes (0: load in the main process)."
+    )
+    pin_memory: bool = Field(True, description="Page-locked host batches (CUDA only).")
+    prefetch_factor: int | None = Field(
+        2, ge=1, description="Batches each worker loads ahead (workers > 0 only)."
+    )
+    persistent_workers: bool = Field(True, description="Keep workers alive between epochs.")
+    random_crop_padding: int | None = Field(
+        None, ge=0, description="Training RandomCrop padding in pixels (None: data set default)."
+    )
+    horizontal_flip: bool | None = Field(
+        None, description="Training RandomHorizontalFlip(p=0.5) (None: data set default)."
+    )
+    normalize_mean: list[float] | None = Field(
+        None, description="Per-channel mean (None: data set default)."
+    )
+    normalize_std: list[float] | None = Field(
+        None, description="Per-channel std (None: data set default)."
+    )
+
+    @model_validator(mode="after")
+    def _check_normalisation(self) -> DataConfig:
+        if (self.normalize_mean is None) != (self.normalize_std is None):
+            raise ValueError("normalize_mean and normalize_std must be given together")
+        if self.normalize_mean is not None and len(self.normalize_mean) != len(
+            self.normalize_std or []
+        ):
+            raise ValueError("normalize_mean and normalize_std must have the same length")
+        if self.normalize_std is not None and any(s <= 0 for s in self.normalize_std):
+            raise ValueError("normalize_std values must be > 0")
+        return self
+
+
+class OptimizerConfig(Section):
+    name: Literal["adamw"] = Field("adamw", description="Optimizer (AdamW as in the ViT guide).")
+    learning_rate: float = Field(3e-4, gt=0.0, le=10.0, description="Peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
+    adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+
+
+class ScheduleConfig(Section):
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = Field(
+        "cosine", description="Decay after warmup: cosine to min_lr, linear to min_lr, or constant."
+    )
+    warmup_epochs: float = Field(5.0, ge=0.0, description="Linear warmup length in epochs.")
+    warmup_steps: int | None = Field(
+        None, ge=0, description="Warmup length in optimizer steps; overrides warmup_epochs."
+    )
+    min_lr: float = Field(0.0, ge=0.0, description="Learning rate at the end of the decay.")
+
+
+class TrainingConfig(Section):
+    num_train_epochs: float = Field(100, gt=0, description="Epochs to train (ViT guide: 100).")
+    max_steps: int = Field(
+        -1, ge=-1, description="Optimizer steps to train; -1 uses num_train_epochs."
+    )
+    per_device_train_batch_size: int = Field(128, ge=1, description="Micro-batch per device.")
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, description="Micro-batches per optimizer step."
+    )
+    max_grad_norm: float | None = Field(
+        1.0, gt=0.0, description="Gradient clipping norm (None: off)."
+    )
+    precision: Precision = Field(
+        "auto", description="auto (bf16/fp16 on CUDA, fp32 elsewhere), fp32, fp16 or bf16."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    max_training_hours: float | None = Field(
+        None,
+        gt=0.0,
+        description="Stop (with a checkpoint) after this much training time, in hours.",
+    )
+    seed: int = Field(42, ge=0, description="Seed for Python, NumPy and torch RNGs.")
+    device: Device = Field("auto", description="auto, cuda, mps or cpu.")
+    num_threads: int | None = Field(
+        None, ge=1, description="CPU threads for torch (None: all cores)."
+    )
+    compile: bool = Field(False, description="Wrap the model in torch.compile.")
+
+
+class EvaluationConfig(Section):
+    eval_every_epochs: int | None = Field(
+        1, ge=1, description="Validate every N epochs (guide: 1)."
+    )
+    eval_steps: int | None = Field(None, ge=1, description="Also validate every N optimizer steps.")
+    per_device_eval_batch_size: int = Field(256, ge=1, description="Batch size for validation.")
+    metric_for_best_model: Literal["accuracy", "loss"] = Field(
+        "accuracy", description="Validation metric that decides the best checkpoint."
+    )
+    greater_is_better: bool | None = Field(
+        None, description="Direction of metric_for_best_model (None: accuracy up, loss down)."
+    )
+
+
+class CheckpointConfig(Section):
+    save_every_epochs: int | None = Field(
+        5, ge=1, description="Periodic checkpoint every N epochs."
+    )
+    save_steps: int | None = Field(None, ge=1, description="Periodic checkpoint every N steps.")
+    save_total_limit: int | None = Field(
+        3, ge=1, description="Periodic checkpoints kept; best and newest are never deleted."
+    )
+    save_best: bool = Field(True, description="Keep best_model by metric_for_best_model.")
+    save_on_time_limit: bool = Field(True, description="Write checkpoint_time_limit on time out.")
+    save_final_model: bool = Field(True, description="Write model.safetensors at the end.")
+
+
+class LoggingConfig(Section):
+    logging_steps: int = Field(
+        50, ge=1, description="Log training metrics every N steps (guide: 50)."
+    )
+    tensorboard: bool = Field(True, description="Write TensorBoard events to the run folder.")
+    jsonl: bool = Field(True, description="Write metrics.jsonl to the run folder.")
+    progress_bar: bool = Field(True, description="Show a progress bar on a terminal.")
+
+
+class OutputConfig(Section):
+    dir: str = Field("runs", description="Parent folder of run folders.")
+    run_name: str | None = Field(None, description="Run folder name (None: config file name).")
+    overwrite: bool = Field(
+        False, description="Replace an existing run folder that has checkpoints."
+    )
+
+
+class HardwareConfig(Section):
+    memory_budget_gib: float | None = Field(
+        None, gt=0.0, description="Device memory the run may use, in GiB (profile guidance)."
+    )
+    telemetry: bool = Field(False, description="Sample power/thermal/memory telemetry.")
+    telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
+    launcher: Literal["local", "torchrun", "slurm"] = Field(
+        "local", description="How the job is started: one process, torchrun, or Slurm."
+    )
+    distributed_backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="torch.distributed backend (auto: NCCL on CUDA, Gloo on CPU)."
+    )
+    swap_directory: str | None = Field(
+        None, description="Folder for temporary state (created on demand)."
+    )
+
+
+class RunConfig(Section):
+    """A whole run. Cross-field rules live in `trainforge.config.checks`."""
+
+    name: str | None = Field(None, description="Human name of the config.")
+    profile: str = Field("auto", description="Hardware profile name, or auto to detect.")
+    notes: str | None = Field(None, description="Free text shown next to the run.")
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+    output: OutputConfig = OutputConfig()
+    hardware: HardwareConfig = HardwareConfig()

@@ -1,0 +1,136 @@
+"""Events of the training loop and the callbacks that hang behaviour off them.
+
+The loop only emits events; cadence (evaluation, checkpoints), time limits, signals,
+logging and progress display are callbacks. New behaviour is a new callback.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainforge.engine.trainer import Trainer
+
+
+class Callback:
+    """Override the events you need; every hook receives the trainer."""
+
+    def on_fit_start(self, trainer: Trainer) -> None: ...
+    def on_epoch_start(self, trainer: Trainer) -> None: ...
+    def on_step_end(self, trainer: Trainer) -> None: ...
+    def on_epoch_end(self, trainer: Trainer) -> None: ...
+    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
+    def on_save(self, trainer: Trainer, path: Any) -> None: ...
+    def on_fit_end(self, trainer: Trainer) -> None: ...
+
+
+class EvalCadence(Callback):
+    """Validate every `eval_steps` steps and every `eval_every_epochs` epochs."""
+
+    def __init__(self, every_steps: int | None, every_epochs: int | None) -> None:
+        self.every_steps = every_steps
+        self.every_epochs = every_epochs
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if self.every_steps and trainer.state.global_step % self.every_steps == 0:
+            trainer.evaluate()
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        epoch = trainer.state.epoch
+        if self.every_epochs and (epoch % self.every_epochs == 0 or trainer.is_last_epoch()):
+            trainer.evaluate()
+
+
+class CheckpointCadence(Callback):
+    """Periodic checkpoints (`checkpoint-<step>`, `checkpoint_epoch_<n>`) and `best_model`."""
+
+    def __init__(self, save_steps: int | None, every_epochs: int | None, save_best: bool) -> None:
+        self.save_steps = save_steps
+        self.every_epochs = every_epochs
+        self.save_best = save_best
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        step = trainer.state.global_step
+        if self.save_steps and step % self.save_steps == 0:
+            trainer.save_checkpoint(f"checkpoint-{step}")
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        epoch = trainer.state.epoch
+        if self.every_epochs and epoch % self.every_epochs == 0:
+            trainer.save_checkpoint(f"checkpoint_epoch_{epoch}")
+
+    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        if self.save_best and trainer.state.improved:
+            trainer.save_checkpoint("best_model")
+
+
+class TimeLimit(Callback):
+    """Stop after `max_hours` of training time, saving `checkpoint_time_limit` first."""
+
+    def __init__(self, max_hours: float | None, save: bool) -> None:
+        self.limit_s = max_hours * 3600.0 if max_hours else None
+        self.save = save
+
+    def _check(self, trainer: Trainer) -> None:
+        if self.limit_s is None or trainer.should_stop:
+            return
+        if trainer.elapsed_s() >= self.limit_s:
+            if self.save:
+                trainer.save_checkpoint("checkpoint_time_limit")
+            trainer.stop(f"time limit of {self.limit_s / 3600:g} h reached")
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self._check(trainer)
+
+    def on_epoch_start(self, trainer: Trainer) -> None:
+        # Guide: "For each epoch: 1. Check time limit".
+        self._check(trainer)
+
+
+class GracefulStop(Callback):
+    """Ctrl+C / SIGTERM / SIGUSR1: finish the step, save `checkpoint_interrupted`, exit.
+
+    A second Ctrl+C restores the default handler so the user can always force quit.
+    """
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, _frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        for name in self.SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                try:
+                    self._previous[sig] = signal.signal(sig, self._handler)
+                except ValueError:  # not the main thread (e.g. embedded use)
+                    return
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if self.received and not trainer.should_stop:
+            trainer.save_checkpoint("checkpoint_interrupted")
+            trainer.stop(f"{self.received} received")
+            trainer.interrupted = True
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+class Stopwatch:
+    """Monotonic wall time of the training itself (excludes set-up), resumable."""
+
+    def __init__(self, offset_s: float = 0.0) -> None:
+        self.offset_s = offset_s
+        self.start = time.monotonic()
+
+    def elapsed_s(self) -> float:
+        return self.offset_s + time.monotonic() - self.start

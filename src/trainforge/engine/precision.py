@@ -1,0 +1,44 @@
+"""Mixed precision: resolve `auto|fp32|fp16|bf16` for a device; autocast and loss scaling.
+
+fp16 on CUDA uses a GradScaler (its state is checkpointed); bf16 needs none; CPU runs fp32
+under `auto` because CPU autocast rarely pays off for training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    if requested != "auto":
+        return requested
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+@dataclass
+class Precision:
+    name: str
+    device: torch.device
+    scaler: torch.amp.GradScaler | None
+
+    @classmethod
+    def create(cls, requested: str, device: torch.device) -> Precision:
+        name = resolve_precision(requested, device)
+        scaler = torch.amp.GradScaler("cuda") if name == "fp16" and device.type == "cuda" else None
+        return cls(name=name, device=device, scaler=scaler)
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        if self.name == "fp32":
+            yield
+            return
+        with torch.autocast(device_type=self.device.type, dtype=DTYPES[self.name]):
+            yield

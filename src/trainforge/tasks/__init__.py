@@ -1,0 +1,18 @@
+"""Tasks: what the one training loop trains. A task supplies model, batches, loss and metrics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainforge.config.schema import RunConfig
+    from trainforge.engine.task import Task
+
+
+def build_task(config: RunConfig) -> Task:
+    kind = config.task.kind
+    if kind == "image-classification":
+        from trainforge.tasks.vision import ImageClassification
+
+        return ImageClassification.from_config(config)
+    raise AssertionError(f"task {kind} passed validation but has no builder")

@@ -1,0 +1,32 @@
+"""Shared helpers: run the real `trainforge` command in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
+    """Run `python -m trainforge ARGS`; returns the CompletedProcess (text mode)."""
+    full_env = dict(os.environ)
+    full_env.update({"COLUMNS": "200", "PYTHONUNBUFFERED": "1"})
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "trainforge", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli
