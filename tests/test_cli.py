@@ -1,0 +1,164 @@
+"""End to end through the `trainforge` command: digits, a tiny CIFAR-10, resume, user errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.cifar_archive import tiny_cifar  # noqa: F401
+
+from trainforge import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_in_process(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Call the real entry point in this process (so fixtures such as tiny_cifar apply)."""
+    monkeypatch.setattr(sys, "argv", ["trainforge", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_digits_end_to_end(tmp_path, cli):
+    result = cli(
+        "train",
+        "config/vit_digits.yaml",
+        "--max_epochs",
+        "8",
+        "--set",
+        f"output.dir={tmp_path}",
+        "--set",
+        "evaluation.eval_every_epochs=4",
+        "--set",
+        "checkpoint.save_every_epochs=4",
+    )
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "vit_digits"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["final_metrics"]["accuracy"] >= 0.80
+    assert summary["global_step"] == 8 * 23  # 1437 images / 64 per batch = 23 steps per epoch
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["best_model", "checkpoint_epoch_4", "checkpoint_epoch_8"]
+    splits = {r["split"] for r in records(run)}
+    assert splits == {"train", "val"}
+    assert any((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "model.safetensors").is_file()
+    resolved = yaml.safe_load((run / "config.resolved.yaml").read_text())
+    assert resolved["profile"] == "cpu" and resolved["training"]["num_train_epochs"] == 8
+    assert "checkpoints:" in result.stdout and "TensorBoard:" in result.stdout
+    assert "metrics:" in result.stdout
+
+
+def test_resume_auto_continues_from_newest_checkpoint(tmp_path, cli):
+    base = [
+        "--set",
+        f"output.dir={tmp_path}",
+        "--set",
+        "checkpoint.save_every_epochs=1",
+        "--set",
+        "evaluation.eval_every_epochs=1",
+        "--set",
+        "schedule.warmup_epochs=1",
+    ]
+    first = cli("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
+    assert first.returncode == 0, first.stderr
+    again = cli("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
+    assert again.returncode == 2
+    assert "already has checkpoints" in again.stderr and "--resume auto" in again.stderr
+    resumed = cli("train", "config/vit_digits.yaml", "--max_epochs", "3", "--resume", "auto", *base)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "step 46" in resumed.stdout
+    summary = json.loads((tmp_path / "vit_digits" / "summary.json").read_text())
+    assert summary["global_step"] == 3 * 23
+
+
+def write_cifar_config(tmp_path: Path, root: Path) -> Path:
+    config = {
+        "model": {"embedding_dim": 32, "num_layers": 2, "num_heads": 2, "mlp_size": 64},
+        "data": {"dataset": "cifar10", "root": str(root), "download": False},
+        "schedule": {"warmup_epochs": 1},
+        "training": {"num_train_epochs": 2, "per_device_train_batch_size": 16},
+        "output": {"dir": str(tmp_path / "runs")},
+    }
+    path = tmp_path / "cifar.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_tiny_cifar10_archive_end_to_end(tmp_path, monkeypatch, capsys, tiny_cifar):  # noqa: F811
+    path = write_cifar_config(tmp_path, tiny_cifar["archive_root"])
+    code, out, err = run_in_process(monkeypatch, capsys, "train", str(path), "--profile", "cpu")
+    assert code == 0, err
+    run = tmp_path / "runs" / "cifar"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 2 * 7  # 100 training images / 16 = 7 batches per epoch
+    val = [r for r in records(run) if r["split"] == "val"]
+    assert len(val) == 2 and 0.0 <= val[-1]["accuracy"] <= 1.0
+    assert "data: cifar10 (100 training samples)" in out
+
+
+def test_cifar10_missing_offline_is_one_line(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "nothing-here"
+    path = write_cifar_config(tmp_path, empty)
+    code, out, err = run_in_process(monkeypatch, capsys, "train", str(path), "--profile", "cpu")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(empty) in lines[0] and "cifar-10-python.tar.gz" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, "not found"),
+        ("model: [unclosed\n", "invalid YAML"),
+        ("profile: tpu-pod\n", "unknown profile"),
+        ("data:\n  dataset: imagenet\n", "data.dataset = 'imagenet'"),
+        ("model:\n  arch: resnet50\n", "model.arch = 'resnet50'"),
+    ],
+    ids=["missing-file", "bad-yaml", "unknown-profile", "unknown-dataset", "unknown-model"],
+)
+def test_user_errors_are_one_line_and_write_nothing(tmp_path, cli, text, expected):
+    path = tmp_path / "run.yaml"
+    if text is not None:
+        path.write_text(text + f"output:\n  dir: {tmp_path / 'runs'}\n")
+    result = cli("train", str(path), cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["run.yaml"] if text else [])
+
+
+def test_info_commands(cli, tmp_path):
+    detect = cli("detect")
+    assert detect.returncode == 0 and "profile (auto): cpu" in detect.stdout
+    profiles = cli("profiles")
+    for name in ("cpu", "jetson-orin", "workstation-24gb", "dgx-spark", "hpc-a100"):
+        assert name in profiles.stdout
+    shown = cli("profiles", "show", "jetson-orin")
+    assert "gradient_accumulation_steps: 16" in shown.stdout and "seeds/001" in shown.stdout
+    unknown = cli("profiles", "show", "jetson-orn")
+    assert unknown.returncode == 2 and "did you mean jetson-orin" in unknown.stderr
+    show = cli("config", "show", "config/vit_digits.yaml", "--set", "training.seed=5")
+    lines = {line.split()[0]: line for line in show.stdout.splitlines() if line[0] != "#"}
+    assert "file config/vit_digits.yaml" in lines["model.embedding_dim"]
+    assert "flag --set training.seed" in lines["training.seed"]
+    assert "profile cpu" in lines["data.pin_memory"]
+    assert "default" in lines["optimizer.adam_beta1"]
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("trainforge ")
+    module = cli("--help")
+    assert module.returncode == 0 and "validate" in module.stdout
