@@ -83,9 +83,9 @@ WHEEL_TABLE: tuple[WheelRow, ...] = (
             _JP5_PREREQUISITES,
             f"python3 -m pip install --no-cache-dir {_JP5_TORCH_WHEEL}",
             "python3 -m pip install --no-build-isolation"
-            " 'git+https://github.com/pytorch/vision.git@v0.16.1'",
+            " 'torchvision @ git+https://github.com/pytorch/vision.git@v0.16.1'",
             "python3 -m pip install --no-build-isolation"
-            " 'git+https://github.com/pytorch/audio.git@v2.1.0'",
+            " 'torchaudio @ git+https://github.com/pytorch/audio.git@v2.1.0'",
         ),
         notes=(
             "torchvision and torchaudio build from source (tens of minutes on an Orin); "

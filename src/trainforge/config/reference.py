@@ -1,0 +1,60 @@
+"""The configuration reference (docs/configuration.md), generated from the schema itself.
+
+A test fails when the file is stale; regenerate with `python -m trainforge.config.reference`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainforge.config.schema import RunConfig
+
+INTRO = """# Configuration reference
+
+A run config (YAML or JSON) says *what* to train; a hardware profile says *how* on a given
+machine. Values are layered: built-in profile < run config file < command-line flags
+(`--set a.b=value`, `--batch_size`, ...). `trainforge config show FILE` prints every resolved
+value with its source. Unknown keys are errors with a did-you-mean suggestion.
+
+Names follow Hugging Face `TrainingArguments` where one exists
+(`per_device_train_batch_size`, `gradient_accumulation_steps`, `max_grad_norm`, ...).
+
+Profiles (`trainforge profiles`) may set only the sections `training`, `data`, `evaluation`,
+`checkpoint`, `logging` and `hardware`, and not the fields that say what is trained
+(`data.dataset`, `data.root`, `training.num_train_epochs`, `training.max_steps`).
+
+This page is generated from the schema (`python -m trainforge.config.reference`).
+"""
+
+
+def _type_name(annotation: object) -> str:
+    text = str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+    return text.replace("NoneType", "null")
+
+
+def render() -> str:
+    lines = [INTRO]
+    for name, info in RunConfig.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+            lines.append(f"\n## `{name}`\n")
+            lines.append("| field | type | default | meaning |")
+            lines.append("|---|---|---|---|")
+            for field, finfo in annotation.model_fields.items():
+                default = finfo.default
+                shown = "null" if default is None else default
+                kind = _type_name(finfo.annotation).replace("|", "\\|")
+                lines.append(
+                    f"| `{name}.{field}` | `{kind}` | `{shown}` | {finfo.description or ''} |"
+                )
+        else:
+            lines.append(f"\n`{name}` (top level, default `{info.default}`): {info.description}\n")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(path: Path) -> None:
+    path.write_text(render(), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write(Path(__file__).resolve().parents[3] / "docs" / "configuration.md")
