@@ -14,7 +14,7 @@ from pathlib import Path
 # Prefer this checkout's sources: trainforge may not be installed yet (or be another version).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from trainforge.hardware.jetson_wheels import main  # noqa: E402
+from trainforge.hardware.jetson_wheels import main
 
 if __name__ == "__main__":
     sys.exit(main())

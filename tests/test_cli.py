@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes.cifar_archive import tiny_cifar  # noqa: F401
 
+from fakes.cifar_archive import tiny_cifar  # noqa: F401
 from trainforge import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_tiny_cifar10_archive_end_to_end(tmp_path, monkeypatch, capsys, tiny_cif
 def test_cifar10_missing_offline_is_one_line(tmp_path, monkeypatch, capsys):
     empty = tmp_path / "nothing-here"
     path = write_cifar_config(tmp_path, empty)
-    code, out, err = run_in_process(monkeypatch, capsys, "train", str(path), "--profile", "cpu")
+    code, _out, err = run_in_process(monkeypatch, capsys, "train", str(path), "--profile", "cpu")
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and str(empty) in lines[0] and "cifar-10-python.tar.gz" in lines[0]
@@ -162,3 +162,13 @@ def test_info_commands(cli, tmp_path):
     assert version.returncode == 0 and version.stdout.startswith("trainforge ")
     module = cli("--help")
     assert module.returncode == 0 and "validate" in module.stdout
+
+
+def test_jetson_wheel_command(cli):
+    fixture = REPO / "tests" / "hardware" / "fixtures" / "jetson-orin-jp6"
+    shown = cli("jetson-wheel", "--root", str(fixture))
+    assert shown.returncode == 0, shown.stderr
+    assert "JetPack: 6.0" in shown.stdout and "--index-url" in shown.stdout
+    off = cli("jetson-wheel")
+    assert off.returncode == 2 and "--jetpack" in off.stderr
+    assert len(off.stderr.strip().splitlines()) == 1

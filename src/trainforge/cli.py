@@ -189,6 +189,25 @@ def detect() -> None:
     print(f"profile (auto): {name} — {reason}")
 
 
+@app.command(
+    "jetson-wheel",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def jetson_wheel(
+    ctx: typer.Context,
+    jetpack: Annotated[
+        str | None, typer.Option("--jetpack", help="JetPack version X.Y (default: detect).")
+    ] = None,
+) -> None:
+    """Print the pip commands for NVIDIA's PyTorch wheels matching this Jetson's JetPack."""
+    from trainforge.hardware.jetson_wheels import main as wheel_main
+
+    argv = (["--jetpack", jetpack] if jetpack else []) + list(ctx.args)
+    code = wheel_main(argv)
+    if code:
+        raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()

@@ -22,7 +22,7 @@ EXPECTED = {
 
 
 def test_every_fixture_folder_has_expectations() -> None:
-    folders = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    folders = {p.name for p in FIXTURES.iterdir() if (p / "probe.json").is_file()}
     assert folders == set(EXPECTED)
 
 

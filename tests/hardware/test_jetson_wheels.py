@@ -140,7 +140,7 @@ def test_recommend_returns_commands_and_l4t() -> None:
 
 
 def test_unknown_jetpack_is_a_user_error_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(UserError, match="4.6"):
+    with pytest.raises(UserError, match=r"4\.6"):
         recommend("4.6")
     assert main(["--jetpack", "9.9"], root=FIXTURES / "jetson-orin-jp6") == 2
     captured = capsys.readouterr()

@@ -298,9 +298,7 @@ class _NotAJetson(UserError):
         return f"{self.message}: pass --jetpack X.Y to print the commands for a given JetPack"
 
 
-def _report(
-    release: JetsonRelease | None, rec: Recommendation, *, overridden: bool
-) -> list[str]:
+def _report(release: JetsonRelease | None, rec: Recommendation, *, overridden: bool) -> list[str]:
     lines = []
     if release is None:
         lines.append("model: not a Jetson (commands for --jetpack only)")
