@@ -172,3 +172,51 @@ def test_jetson_wheel_command(cli):
     off = cli("jetson-wheel")
     assert off.returncode == 2 and "--jetpack" in off.stderr
     assert len(off.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    args = [
+        sys.executable,
+        "-m",
+        "trainforge",
+        "train",
+        "config/vit_digits.yaml",
+        "--max_epochs",
+        "30",
+        "--set",
+        f"output.dir={tmp_path}",
+        "--set",
+        "checkpoint.save_every_epochs=null",
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait until training is under way
+        if line.startswith("epoch 1/"):
+            break
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "SIGINT received" in out
+    interrupted = tmp_path / "vit_digits" / "checkpoints" / "checkpoint_interrupted"
+    meta = json.loads((interrupted / "meta.json").read_text())
+    assert meta["global_step"] >= 23
+    resumed = subprocess.run(
+        [*args[:5], "--max_epochs", "4", *args[7:], "--resume", "auto"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"step {meta['global_step']})" in resumed.stdout

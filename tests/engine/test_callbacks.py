@@ -1,0 +1,58 @@
+"""Time limit, evaluation cadence, best checkpoint and precision on the real loop."""
+
+from __future__ import annotations
+
+import torch
+
+from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, TimeLimit
+from trainforge.engine.precision import Precision, resolve_precision
+from trainforge.engine.trainer import Trainer
+
+
+def make_trainer(tmp_path, task, config, callbacks):
+    return Trainer(task, config, run_dir=tmp_path, device=torch.device("cpu"), callbacks=callbacks)
+
+
+def test_time_limit_saves_and_stops(tmp_path, points_task, points_config):
+    cfg = points_config(**{"training.num_train_epochs": 50})
+    trainer = make_trainer(tmp_path, points_task(n=64, batch_size=8), cfg, [TimeLimit(2.5, True)])
+    trainer.elapsed_s = lambda: trainer.state.global_step * 3600.0  # one hour per step
+    result = trainer.fit()
+    assert result.stop_reason == "time limit of 2.5 h reached"
+    assert result.state.global_step == 3  # checked after every step, not only per epoch
+    assert (tmp_path / "checkpoints" / "checkpoint_time_limit" / "manifest.json").is_file()
+
+
+def test_eval_and_checkpoint_cadence(tmp_path, points_task, points_config):
+    cfg = points_config(**{"training.num_train_epochs": 4, "checkpoint.save_total_limit": 10})
+    evals = []
+
+    class Spy(EvalCadence):
+        def on_eval_end(self, trainer, metrics):
+            evals.append((trainer.state.global_step, metrics["accuracy"]))
+
+    callbacks = [Spy(every_steps=3, every_epochs=2), CheckpointCadence(5, 2, save_best=True)]
+    trainer = make_trainer(tmp_path, points_task(n=32, batch_size=8), cfg, callbacks)
+    trainer.fit()
+    steps = [s for s, _ in evals]
+    # every 3 steps (3, 6, 9, 12, 15) and every 2 epochs of 4 steps (8, 16)
+    assert steps == [3, 6, 8, 9, 12, 15, 16]
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert "best_model" in names and "checkpoint-5" in names and "checkpoint-10" in names
+    assert "checkpoint_epoch_2" in names and "checkpoint_epoch_4" in names
+    best = trainer.state.best_metric
+    assert best == max(acc for _, acc in evals)
+
+
+def test_precision_resolution_and_bf16_on_cpu(tmp_path, points_task, points_config):
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == "fp32"
+    assert Precision.create("fp32", cpu).scaler is None
+    cfg = points_config(**{"training.precision": "bf16", "training.max_steps": 3})
+    trainer = make_trainer(tmp_path, points_task(), cfg, [])
+    assert trainer.precision.name == "bf16" and trainer.precision.scaler is None
+    with trainer.precision.autocast():
+        out = trainer.model(torch.randn(2, 8))
+    assert out.dtype == torch.bfloat16
+    trainer.fit()
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
