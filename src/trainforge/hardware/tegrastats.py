@@ -6,7 +6,8 @@ releases (JP4 prints rails as `VDD_IN 5012/4987`, JP5 adds `mW` units and per-GP
 `GR3D_FREQ 0%@[305,305]`, JP6 drops the GPU clock and prefixes a timestamp), so every field is
 matched on its own and an absent field just leaves its keys out.
 
-`TegrastatsReader` runs `tegrastats --interval <ms>` and keeps the newest parsed line. Jetsons
+`TegrastatsReader` runs `tegrastats --interval <ms>` and keeps the newest parsed line;
+`TegrastatsSource` offers it to the telemetry sampler (re-exported by `telemetry`). Jetsons
 before Thor have no NVML, so this is where their GPU load, power and temperatures come from.
 Nothing here imports torch.
 """
@@ -188,3 +189,18 @@ class TegrastatsReader:
                 if parsed:
                     with self._lock:
                         self._latest = parsed
+
+
+class TegrastatsSource:
+    """A telemetry `Source` over a running `TegrastatsReader` (keys as in `parse_line`)."""
+
+    name = "tegrastats"
+
+    def __init__(self, reader: TegrastatsReader) -> None:
+        self._reader = reader
+
+    def sample(self) -> dict[str, float]:
+        return self._reader.latest()
+
+    def close(self) -> None:
+        self._reader.close()

@@ -1,0 +1,402 @@
+"""Telemetry sources (fake NVML, psutil, fake tegrastats), source choice, and the sampler."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+import types
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from trainforge.hardware import GpuInfo, JetsonInfo, Platform
+from trainforge.hardware.telemetry import (
+    NvmlSource,
+    PsutilSource,
+    TelemetrySampler,
+    available_sources,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+JP6_LINE = (
+    (Path(__file__).resolve().parent / "fixtures" / "telemetry" / "tegrastats_jp6.txt")
+    .read_text()
+    .splitlines()[0]
+)
+NOT_SUPPORTED = 3
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return {NOT_SUPPORTED: "Not Supported", 12: "NVML Shared Library Not Found"}.get(
+            self.value, "Unknown Error"
+        )
+
+
+def fake_nvml(
+    gpus: int = 2, *, fail: dict[str, int] | None = None, init_error: int | None = None
+) -> types.ModuleType:
+    """A pynvml stand-in; `fail` maps a function name to the NVML error code it raises."""
+    module = types.ModuleType("fake_pynvml")
+    module.NVMLError = FakeNVMLError
+    module.NVML_ERROR_NOT_SUPPORTED = NOT_SUPPORTED
+    module.NVML_TEMPERATURE_GPU = 0
+    module.NVML_CLOCK_SM = 1
+    calls: Counter[str] = Counter()
+    module.calls = calls
+    fail = fail or {}
+
+    def fn(name: str, result):
+        def call(*args):
+            calls[name] += 1
+            if name in fail:
+                raise FakeNVMLError(fail[name])
+            return result(*args)
+
+        setattr(module, name, call)
+
+    def init() -> None:
+        calls["nvmlInit"] += 1
+        if init_error is not None:
+            raise FakeNVMLError(init_error)
+
+    module.nvmlInit = init
+    fn("nvmlShutdown", lambda: None)
+    fn("nvmlDeviceGetCount", lambda: gpus)
+    fn("nvmlDeviceGetHandleByIndex", lambda index: index)
+    fn("nvmlDeviceGetUtilizationRates", lambda h: SimpleNamespace(gpu=50 + h, memory=10))
+    fn("nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(used=2 * 1024**3, total=24 * 1024**3))
+    fn("nvmlDeviceGetTemperature", lambda h, sensor: 60 + h)
+    fn("nvmlDeviceGetPowerUsage", lambda h: 250_500)
+    fn("nvmlDeviceGetClockInfo", lambda h, clock: 1980 if clock == 1 else 0)
+    fn("nvmlDeviceGetCurrentClocksThrottleReasons", lambda h: 4)
+    return module
+
+
+def platform(kind: str) -> Platform:
+    gpus = (GpuInfo(0, "NVIDIA GB10", 119.3, (12, 1)),) if kind != "cpu" else ()
+    jetson = JetsonInfo("NVIDIA Jetson Orin Nano", "36.4.3", "6.2") if kind == "jetson" else None
+    return Platform(
+        kind, "cpu" if kind == "cpu" else "cuda", "aarch64", "linux", 4, 8.0, gpus, jetson, None
+    )
+
+
+# --- NVML -----------------------------------------------------------------------------------
+
+
+def test_nvml_reads_every_metric_per_gpu() -> None:
+    source = NvmlSource(fake_nvml(gpus=2))
+    out = source.sample()
+    assert out["gpu0_util_pct"] == 50.0 and out["gpu1_util_pct"] == 51.0
+    assert out["gpu0_mem_used_mib"] == 2048.0 and out["gpu0_mem_total_mib"] == 24576.0
+    assert out["gpu1_temp_c"] == 61.0
+    assert out["gpu0_power_w"] == 250.5
+    assert out["gpu0_sm_clock_mhz"] == 1980.0
+    assert out["gpu0_throttle_reasons"] == 4.0
+    assert len(out) == 2 * 7
+    assert all(isinstance(value, float) for value in out.values())
+
+
+def test_nvml_not_supported_drops_key_and_is_not_retried() -> None:
+    # DGX Spark GB10: no dedicated memory; some boards: no power reading.
+    module = fake_nvml(
+        gpus=2,
+        fail={"nvmlDeviceGetMemoryInfo": NOT_SUPPORTED, "nvmlDeviceGetPowerUsage": NOT_SUPPORTED},
+    )
+    source = NvmlSource(module)
+    for _ in range(3):
+        out = source.sample()
+        assert not any("mem_" in key or "power" in key for key in out)
+        assert {
+            "gpu0_util_pct",
+            "gpu0_temp_c",
+            "gpu1_sm_clock_mhz",
+            "gpu1_throttle_reasons",
+        } <= set(out)
+    assert module.calls["nvmlDeviceGetMemoryInfo"] == 2  # once per GPU, then remembered
+    assert module.calls["nvmlDeviceGetPowerUsage"] == 2
+    assert module.calls["nvmlDeviceGetUtilizationRates"] == 6
+
+
+def test_nvml_transient_error_is_retried() -> None:
+    module = fake_nvml(gpus=1, fail={"nvmlDeviceGetTemperature": 999})
+    source = NvmlSource(module)
+    for _ in range(3):
+        assert "gpu0_temp_c" not in source.sample()
+    assert module.calls["nvmlDeviceGetTemperature"] == 3
+
+
+def test_nvml_prefers_clocks_event_reasons_and_survives_missing_bindings() -> None:
+    module = fake_nvml(gpus=1)
+    module.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: 1
+    del module.nvmlDeviceGetClockInfo  # an old binding without it: AttributeError, dropped
+    source = NvmlSource(module)
+    out = source.sample()
+    assert out["gpu0_throttle_reasons"] == 1.0
+    assert "gpu0_sm_clock_mhz" not in out and "gpu0_util_pct" in out
+
+
+def test_nvml_old_driver_without_clocks_event_reasons_uses_throttle_reasons() -> None:
+    def missing_symbol(_handle: int) -> int:
+        raise FakeNVMLError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
+
+    module = fake_nvml(gpus=1)
+    module.nvmlDeviceGetCurrentClocksEventReasons = missing_symbol
+    assert NvmlSource(module).sample()["gpu0_throttle_reasons"] == 4.0
+
+
+def test_nvml_close_is_idempotent() -> None:
+    module = fake_nvml(gpus=1)
+    source = NvmlSource(module)
+    source.close()
+    source.close()
+    assert module.calls["nvmlShutdown"] == 1
+
+
+def test_nvml_count_failure_shuts_down_and_raises() -> None:
+    module = fake_nvml(gpus=1, fail={"nvmlDeviceGetCount": 999})
+    with pytest.raises(FakeNVMLError):
+        NvmlSource(module)
+    assert module.calls["nvmlShutdown"] == 1
+
+
+# --- choosing sources -----------------------------------------------------------------------
+
+
+def names(sources) -> list[str]:
+    return [source.name for source in sources]
+
+
+def test_nvml_library_missing_gives_one_note() -> None:
+    sources, notes = available_sources(platform("cuda"), nvml_module=fake_nvml(init_error=12))
+    assert names(sources) == ["psutil"]
+    assert notes == [
+        "telemetry: NVML not available (NVML Shared Library Not Found); GPU readings off"
+    ]
+
+
+def test_pynvml_not_installed_gives_one_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
+    sources, notes = available_sources(platform("dgx-spark"))
+    assert names(sources) == ["psutil"]
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert notes[0].startswith("telemetry: NVML not available (")
+
+
+def test_dgx_spark_and_cuda_get_nvml() -> None:
+    for kind in ("dgx-spark", "cuda"):
+        sources, notes = available_sources(platform(kind), nvml_module=fake_nvml(gpus=1))
+        assert (names(sources), notes) == (["psutil", "nvml"], [])
+        for source in sources:
+            source.close()
+
+
+def test_cpu_platform_gets_psutil_only() -> None:
+    module = fake_nvml()
+    sources, notes = available_sources(platform("cpu"), nvml_module=module)
+    assert (names(sources), notes) == (["psutil"], [])
+    assert module.calls["nvmlInit"] == 0
+
+
+def test_jetson_without_tegrastats_gives_one_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    sources, notes = available_sources(platform("jetson"), nvml_module=fake_nvml())
+    assert names(sources) == ["psutil"]
+    assert len(notes) == 1 and notes[0].startswith("telemetry: tegrastats not found")
+    _, notes = available_sources(platform("jetson"), tegrastats_path=str(tmp_path / "nope"))
+    assert len(notes) == 1
+
+
+def test_jetson_with_tegrastats(tmp_path: Path) -> None:
+    script = tmp_path / "tegrastats"
+    script.write_text(f"#!/bin/sh\nwhile true; do echo '{JP6_LINE}'; sleep 0.05; done\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    sources, notes = available_sources(
+        platform("jetson"), tegrastats_path=str(script), tegrastats_interval_ms=50
+    )
+    assert (names(sources), notes) == (["psutil", "tegrastats"], [])
+    sampler = TelemetrySampler(sources, interval_s=0.02)
+    sampler.start()
+    try:
+        assert wait_for(lambda: "power_vdd_in_mw" in sampler.latest())
+        latest = sampler.latest()
+        assert latest["gpu_util_pct"] == 45.0 and "process_rss_mib" in latest
+    finally:
+        sampler.stop()
+
+
+# --- psutil ---------------------------------------------------------------------------------
+
+
+def test_psutil_source_sane_numbers() -> None:
+    source = PsutilSource()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    try:
+        assert wait_for(lambda: psutil.Process(child.pid).memory_info().rss > 1024**2)
+        out = source.sample()
+        own_mib = psutil.Process(os.getpid()).memory_info().rss / 1024**2
+    finally:
+        child.kill()
+        child.wait()
+    assert set(out) == {"cpu_util_pct", "ram_used_mib", "ram_total_mib", "process_rss_mib"}
+    assert 0.0 <= out["cpu_util_pct"] <= 100.0
+    assert 0.0 < out["ram_used_mib"] < out["ram_total_mib"]
+    assert out["process_rss_mib"] > own_mib  # the child counts too
+    assert out["process_rss_mib"] < out["ram_total_mib"]
+    source.close()
+
+
+# --- sampler --------------------------------------------------------------------------------
+
+
+class CountingSource:
+    def __init__(self, name: str = "fake") -> None:
+        self.name = name
+        self.calls = 0
+        self.closed = 0
+
+    def sample(self) -> dict[str, float]:
+        self.calls += 1
+        return {"fake_temp_c": float(40 + self.calls % 5), "fake_steps": float(self.calls)}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class RaisingSource(CountingSource):
+    def sample(self) -> dict[str, float]:
+        self.calls += 1
+        raise RuntimeError("sensor went away\nsecond line")
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_sampler_collects_and_summarises() -> None:
+    seen: list[dict[str, float]] = []
+    source = CountingSource()
+    sampler = TelemetrySampler([source], interval_s=0.02, on_sample=seen.append)
+    sampler.start()
+    assert wait_for(lambda: len(seen) >= 8)
+    sampler.stop()
+    summary = sampler.summary()
+    assert summary["samples"] == len(seen)
+    for key in ("fake_temp_c", "fake_steps"):
+        values = [sample[key] for sample in seen]
+        assert summary[f"{key}_max"] == max(values)
+        assert summary[f"{key}_mean"] == pytest.approx(sum(values) / len(values))
+    assert "time_max" not in summary and "time_mean" not in summary
+    latest = sampler.latest()
+    assert latest == seen[-1]
+    assert latest["time"] == pytest.approx(time.time(), abs=5)
+    times = [sample["time"] for sample in seen]
+    assert times == sorted(times)
+    # Interval respected: 8 samples at 0.02 s take at least ~0.14 s.
+    assert times[-1] - times[0] >= 0.02 * (len(times) - 1) * 0.7
+
+
+def test_raising_source_disabled_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = CountingSource("good"), RaisingSource("boom")
+    sampler = TelemetrySampler([bad, good], interval_s=0.02)
+    sampler.start()
+    assert wait_for(lambda: good.calls >= 5)
+    sampler.stop()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "telemetry: source boom failed (sensor went away second line); its readings are off"
+    ]
+    assert bad.calls == 1 and bad.closed == 1
+    assert good.closed == 1
+    assert sampler.summary()["fake_steps_max"] >= 5
+
+
+def test_failing_callback_logged_once_and_sampling_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    source = CountingSource()
+
+    def callback(_sample: dict[str, float]) -> None:
+        raise ValueError("disk full")
+
+    sampler = TelemetrySampler([source], interval_s=0.02, on_sample=callback)
+    sampler.start()
+    assert wait_for(lambda: source.calls >= 4)
+    sampler.stop()
+    assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+def test_stop_is_idempotent_and_closes_sources_once() -> None:
+    source = CountingSource()
+    sampler = TelemetrySampler([source], interval_s=0.02)
+    sampler.start()
+    assert wait_for(lambda: source.calls >= 1)
+    sampler.stop()
+    sampler.stop()
+    assert source.closed == 1
+    calls = source.calls
+    sampler.start()  # no restart after stop
+    time.sleep(0.06)
+    assert source.calls == calls
+    assert not any(t.name == "telemetry" and t.is_alive() for t in threading.enumerate())
+
+
+def test_stop_without_start_closes_sources() -> None:
+    source = CountingSource()
+    sampler = TelemetrySampler([source], interval_s=1.0)
+    sampler.stop()
+    sampler.stop()
+    assert source.closed == 1
+    assert sampler.latest() == {}
+    assert sampler.summary() == {"samples": 0.0}
+
+
+def test_stop_is_prompt_with_a_long_interval() -> None:
+    sampler = TelemetrySampler([CountingSource()], interval_s=30.0)
+    sampler.start()
+    started = time.monotonic()
+    sampler.stop()
+    assert time.monotonic() - started < 2.0
+
+
+# --- import cost ----------------------------------------------------------------------------
+
+
+def test_telemetry_and_tegrastats_do_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "import trainforge.hardware as h\n"
+        "from trainforge.hardware import telemetry, tegrastats\n"
+        "tegrastats.parse_line('RAM 1/2MB')\n"
+        "sources, notes = telemetry.available_sources(h.detect())\n"
+        "s = telemetry.TelemetrySampler(sources, 0.01); s.start(); s.stop(); s.summary()\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
