@@ -1,0 +1,62 @@
+"""Resumable data loaders: `StatefulDataLoader` settings shared by every dataset.
+
+Owns the train/val loader options (seeded shuffling whose position survives a checkpoint,
+worker options that torch only accepts with workers, pinning only when CUDA exists).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from trainforge.data.memory import passthrough_collate
+from trainforge.data.sampling import EpochShuffleSampler
+from trainforge.errors import UserError
+
+
+def make_loader(
+    dataset: Dataset,
+    cfg: Any,
+    *,
+    batch_size: int,
+    train: bool,
+    seed: int,
+    batched_fetch: bool,
+) -> StatefulDataLoader:
+    """Build one loader: train reshuffles each epoch from `seed`, val keeps the dataset order.
+
+    The train order comes from EpochShuffleSampler, whose position is part of the loader's
+    `state_dict()`, so `load_state_dict()` resumes at the exact next batch.
+    """
+    if batch_size < 1:
+        raise UserError(f"batch size is {batch_size}, it must be at least 1")
+    num_workers = int(cfg.dataloader_num_workers)
+    if num_workers < 0:
+        raise UserError(
+            f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
+            "set it to 0 to load in the main process",
+        )
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "drop_last": False,  # val must see every sample; train keeps the tail batch too
+        "num_workers": num_workers,
+        # Pinning without CUDA only costs a copy (and warns); it helps only host->GPU transfers.
+        "pin_memory": bool(cfg.pin_memory) and torch.cuda.is_available(),
+    }
+    if train:
+        options["sampler"] = EpochShuffleSampler(len(dataset), seed)
+    # The loader draws worker base seeds from this generator; without one it would draw from
+    # torch's global RNG and shift the augmentation randomness by one draw per epoch.
+    options["generator"] = torch.Generator().manual_seed(int(seed))
+    if batched_fetch:
+        # The dataset's __getitems__ already returns (images, labels) for the whole batch.
+        options["collate_fn"] = passthrough_collate
+    # torch rejects prefetch_factor / persistent_workers when there are no worker processes.
+    if num_workers > 0:
+        if cfg.prefetch_factor is not None:
+            options["prefetch_factor"] = int(cfg.prefetch_factor)
+        options["persistent_workers"] = bool(cfg.persistent_workers)
+    return StatefulDataLoader(dataset, **options)

@@ -1,0 +1,94 @@
+"""Train loaders resume exactly from `state_dict()`, mid-epoch and across epoch boundaries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainforge.data import build_image_data
+
+BATCH_SIZE = 300  # digits: 1438 train images -> 5 batches per epoch, the last one partial
+
+
+def _train_loader(make_cfg, seed: int = 7, num_workers: int = 0):
+    cfg = make_cfg(dataloader_num_workers=num_workers)
+    data = build_image_data(cfg, batch_size=BATCH_SIZE, eval_batch_size=500, seed=seed)
+    return data.train_loader
+
+
+def _batches(loader, num_epochs: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches of `num_epochs` epochs in order, as a training loop would draw them."""
+    return [batch for _ in range(num_epochs) for batch in loader]
+
+
+def _assert_same(left, right) -> None:
+    assert len(left) == len(right)
+    for (images_a, labels_a), (images_b, labels_b) in zip(left, right, strict=True):
+        assert torch.equal(images_a, images_b) and torch.equal(labels_a, labels_b)
+
+
+def test_same_seed_same_order_and_epochs_differ(make_cfg) -> None:
+    first = _batches(_train_loader(make_cfg), num_epochs=2)
+    _assert_same(first, _batches(_train_loader(make_cfg), num_epochs=2))
+    assert len(first) == 10 and first[4][1].shape == (1438 - 4 * BATCH_SIZE,)
+    assert not torch.equal(first[0][1], first[5][1])  # each epoch reshuffles
+    epoch_labels = torch.cat([labels for _, labels in first[:5]])
+    assert epoch_labels.shape == (1438,)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_mid_epoch(make_cfg, num_workers: int) -> None:
+    loader = _train_loader(make_cfg, num_workers=num_workers)
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.state_dict()
+    expected = [next(iterator) for _ in range(2)]  # rest of epoch 1
+    resumed = _train_loader(make_cfg, num_workers=num_workers)
+    resumed.load_state_dict(state)
+    _assert_same(list(resumed), expected)
+
+
+@pytest.mark.parametrize("batches_before_save", [5, 7])
+def test_resume_across_epoch_boundary(make_cfg, batches_before_save: int) -> None:
+    # 5 = saved exactly at the end of epoch 1; 7 = saved inside epoch 2.
+    loader = _train_loader(make_cfg)
+    reference = _batches(loader, num_epochs=3)
+    loader = _train_loader(make_cfg)
+    drawn = 0
+    state = None
+    for _ in range(3):
+        for _batch in loader:
+            drawn += 1
+            if drawn == batches_before_save:
+                state = loader.state_dict()
+        if state is not None:
+            break
+    resumed = _train_loader(make_cfg)
+    resumed.load_state_dict(state)
+    continued = []
+    while len(continued) < 3:
+        continued.extend(resumed)  # the rest of the current epoch, then whole next epochs
+    _assert_same(continued[:3], reference[batches_before_save : batches_before_save + 3])
+
+
+def test_iterating_leaves_global_rng_alone(make_cfg) -> None:
+    # Augmentation draws from the global RNG; the loader must not consume from it per epoch.
+    loader = _train_loader(make_cfg)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    _batches(loader, num_epochs=2)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_worker_options_only_with_workers(make_cfg) -> None:
+    options = {"prefetch_factor": 3, "persistent_workers": True, "pin_memory": True}
+    cfg = make_cfg(dataloader_num_workers=0, **options)
+    data = build_image_data(cfg, batch_size=64, eval_batch_size=64, seed=0)
+    assert data.train_loader.prefetch_factor is None  # torch rejects it without workers
+    assert data.train_loader.persistent_workers is False
+    assert data.train_loader.pin_memory is torch.cuda.is_available()
+    cfg = make_cfg(dataloader_num_workers=1, **options)
+    data = build_image_data(cfg, batch_size=64, eval_batch_size=64, seed=0)
+    assert data.val_loader.prefetch_factor == 3 and data.val_loader.persistent_workers is True
+    assert data.val_loader.num_workers == 1
