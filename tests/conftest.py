@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes.cifar_archive import tiny_cifar  # noqa: F401  (a fixture shared by every folder)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

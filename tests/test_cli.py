@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakes.cifar_archive import tiny_cifar  # noqa: F401
 from trainforge import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +96,7 @@ def write_cifar_config(tmp_path: Path, root: Path) -> Path:
     return path
 
 
-def test_tiny_cifar10_archive_end_to_end(tmp_path, monkeypatch, capsys, tiny_cifar):  # noqa: F811
+def test_tiny_cifar10_archive_end_to_end(tmp_path, monkeypatch, capsys, tiny_cifar):
     path = write_cifar_config(tmp_path, tiny_cifar["archive_root"])
     code, out, err = run_in_process(monkeypatch, capsys, "train", str(path), "--profile", "cpu")
     assert code == 0, err

@@ -13,7 +13,7 @@ import torch
 import torchvision.datasets.cifar as tv_cifar
 from torchvision.datasets import CIFAR10
 
-from fakes.cifar_archive import BATCH_NAMES, LABEL_NAMES, tiny_cifar  # noqa: F401
+from fakes.cifar_archive import BATCH_NAMES, LABEL_NAMES
 from trainforge.data import build_image_data
 from trainforge.errors import UserError
 

@@ -8,8 +8,18 @@ from trainforge.models.vit import VisionTransformer
 
 
 def make(**kw):
-    args = dict(image_size=8, channels=1, num_classes=10, patch_size=2, embedding_dim=32,
-                num_layers=2, num_heads=4, mlp_size=64, attention_dropout=0.0, mlp_dropout=0.0)
+    args = dict(
+        image_size=8,
+        channels=1,
+        num_classes=10,
+        patch_size=2,
+        embedding_dim=32,
+        num_layers=2,
+        num_heads=4,
+        mlp_size=64,
+        attention_dropout=0.0,
+        mlp_dropout=0.0,
+    )
     args.update(kw)
     return VisionTransformer(**args)
 

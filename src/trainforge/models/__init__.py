@@ -8,7 +8,9 @@ from trainforge.models.vit import VisionTransformer
 __all__ = ["VisionTransformer", "build_vit"]
 
 
-def build_vit(cfg: ModelConfig, *, image_size: int, channels: int, num_classes: int) -> VisionTransformer:
+def build_vit(
+    cfg: ModelConfig, *, image_size: int, channels: int, num_classes: int
+) -> VisionTransformer:
     return VisionTransformer(
         image_size=image_size,
         channels=channels,
