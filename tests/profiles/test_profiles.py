@@ -87,3 +87,9 @@ def test_profile_may_not_set_what_to_train(tmp_path, monkeypatch):
     monkeypatch.setattr(profiles.resources, "files", lambda _pkg: tmp_path)
     with pytest.raises(UserError, match="describes what to train"):
         load_profile("bad")
+
+
+@pytest.mark.parametrize("name", sorted(PROFILE_MACHINE))
+def test_profile_guide_exists(name):
+    guide = load_profile(name).guide
+    assert guide is None or (REPO / guide).is_file()
