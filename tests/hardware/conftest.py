@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,3 +28,22 @@ def recorded():
         return detect(load_fixture(FIXTURES / name))
 
     return _detect
+
+
+@pytest.fixture
+def run_without_torch():
+    """Run Python `code` in a fresh interpreter; it must exit 0 (it asserts torch stayed out)."""
+
+    def _run(code: str) -> None:
+        src = Path(__file__).resolve().parents[2] / "src"
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(src)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+
+    return _run

@@ -6,7 +6,6 @@ import json
 import os
 import platform as stdlib_platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,21 +18,12 @@ from trainforge.hardware.detect import read_memory_gib
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def test_import_and_detect_do_not_import_torch() -> None:
+def test_import_and_detect_do_not_import_torch(run_without_torch) -> None:
     code = (
         "import sys, trainforge.hardware as h; p = h.detect(); h.pick_profile(p); p.describe(); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    run_without_torch(code)
 
 
 def test_detect_on_this_machine() -> None:

@@ -380,7 +380,7 @@ def test_stop_is_prompt_with_a_long_interval() -> None:
 # --- import cost ----------------------------------------------------------------------------
 
 
-def test_telemetry_and_tegrastats_do_not_import_torch() -> None:
+def test_telemetry_and_tegrastats_do_not_import_torch(run_without_torch) -> None:
     code = (
         "import sys\n"
         "import trainforge.hardware as h\n"
@@ -390,13 +390,4 @@ def test_telemetry_and_tegrastats_do_not_import_torch() -> None:
         "s = telemetry.TelemetrySampler(sources, 0.01); s.start(); s.stop(); s.summary()\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    run_without_torch(code)

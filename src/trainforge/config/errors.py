@@ -45,7 +45,7 @@ def _lookup(data: Any, loc: Sequence[Any]) -> Any:
     return node
 
 
-def _siblings(loc: Sequence[Any]) -> list[str]:
+def _known_paths() -> list[str]:
     from trainforge.config.loading import leaf_paths
     from trainforge.config.schema import RunConfig
 
@@ -61,7 +61,7 @@ def format_validation_error(err: ValidationError, label: str, data: Any) -> list
         path = ".".join(str(p) for p in loc) or "(top level)"
         kind = item["type"]
         if kind == "extra_forbidden":
-            hint = suggest_path(path, _siblings(loc))
+            hint = suggest_path(path, _known_paths())
             fix = f"did you mean {hint}?" if hint else "remove it (see `trainforge config show`)"
             lines.append(f"{label}: {path}: unknown key; {fix}")
             continue

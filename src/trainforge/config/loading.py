@@ -101,8 +101,6 @@ def load(
     """Resolve a run config. `flags` are guide flags (GUIDE_FLAGS keys) given on the CLI."""
     label = str(path) if path else "<defaults>"
     file_data = read_config_file(path) if path else {}
-    layers: list[tuple[str, dict[str, Any]]] = []
-
     cli_layer: dict[str, Any] = {}
     cli_sources: dict[str, str] = {}
     for name, value in (flags or {}).items():
@@ -129,7 +127,7 @@ def load(
     except UserError as err:
         raise UserError(f"{label}: profile = {profile_name!r}: {err.message}", err.fix) from None
 
-    layers = [
+    layers: list[tuple[str, dict[str, Any]]] = [
         (f"profile {prof.name}", copy.deepcopy(prof.settings)),
         (f"file {label}", file_data),
         ("flags", cli_layer),

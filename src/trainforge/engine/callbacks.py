@@ -7,7 +7,6 @@ logging and progress display are callbacks. New behaviour is a new callback.
 from __future__ import annotations
 
 import signal
-import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -123,14 +122,3 @@ class GracefulStop(Callback):
     def on_fit_end(self, trainer: Trainer) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
-
-
-class Stopwatch:
-    """Monotonic wall time of the training itself (excludes set-up), resumable."""
-
-    def __init__(self, offset_s: float = 0.0) -> None:
-        self.offset_s = offset_s
-        self.start = time.monotonic()
-
-    def elapsed_s(self) -> float:
-        return self.offset_s + time.monotonic() - self.start

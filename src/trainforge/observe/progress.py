@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 
 def _fmt(split: str, metrics: dict[str, float]) -> str:
+    prefix = f"{split} " if split else ""
     parts = []
     if "loss" in metrics:
-        parts.append(f"{split} loss {metrics['loss']:.4f}")
+        parts.append(f"{prefix}loss {metrics['loss']:.4f}")
     if "accuracy" in metrics:
-        parts.append(f"{split} acc {metrics['accuracy'] * 100:.2f}%")
+        parts.append(f"{prefix}acc {metrics['accuracy'] * 100:.2f}%")
     return "  ".join(parts)
 
 
@@ -70,7 +71,7 @@ class ProgressDisplay(Callback):
             stats = "  ".join(
                 s
                 for s in (
-                    _fmt("", self.train).replace(" loss", "loss").replace(" acc", "acc"),
+                    _fmt("", self.train),
                     f"lr {self.train.get('lr', 0):.2e}",
                     f"{self.train.get('samples_per_s', 0):,.0f} samples/s",
                     _fmt("val", self.val),
