@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH_PIP ?= torch==2.14.1 torchvision==0.29.1
 PYTEST := $(PY) -m pytest
 
-.PHONY: demo test test-slow lint format clean venv
+.PHONY: demo test test-slow bench lint format clean venv
 
 venv: $(STAMP)
 
@@ -23,20 +23,23 @@ demo: $(STAMP)
 	$(VENV)/bin/trainforge train config/vit_digits.yaml --set output.overwrite=true
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 	$(PYTEST) -m "not slow and not gpu and not browser and not dist" -q
 
 test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not gpu" -q
 
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix src tests scripts
-	$(VENV)/bin/ruff format src tests scripts
+	$(VENV)/bin/ruff check --fix src tests scripts benchmarks
+	$(VENV)/bin/ruff format src tests scripts benchmarks
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -49,7 +49,14 @@ def test_digits_end_to_end(tmp_path, cli):
     assert summary["final_metrics"]["accuracy"] >= 0.80
     assert summary["global_step"] == 8 * 23  # 1437 images / 64 per batch = 23 steps per epoch
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert names == ["best_model", "checkpoint_epoch_4", "checkpoint_epoch_8"]
+    assert names == [
+        "best_model",
+        "checkpoint_epoch_4",
+        "checkpoint_epoch_8",
+        "checkpoint_meta.json",
+    ]
+    beside = json.loads((run / "checkpoints" / "checkpoint_meta.json").read_text())
+    assert beside["latest"] == "checkpoint_epoch_8" and beside["best_epoch"] in (4, 8)
     splits = {r["split"] for r in records(run)}
     assert splits == {"train", "val"}
     assert any((run / "tensorboard").glob("events.out.tfevents.*"))

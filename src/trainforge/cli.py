@@ -94,7 +94,7 @@ def train(
     summary = run_training(resolved, platform, resume_from=resume_from)
     _print_summary(summary)
     if summary.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(summary.exit_code)
 
 
 def _print_summary(summary) -> None:

@@ -55,12 +55,21 @@ class PointsTask:
         return {"loss": loss_sum / weight, "accuracy": sums.get("correct", 0.0) / weight}
 
 
-def make_task(n: int = 64, batch_size: int = 16, shuffle: bool = False, seed: int = 0):
+def make_task(
+    n: int = 64,
+    batch_size: int = 16,
+    shuffle: bool = False,
+    seed: int = 0,
+    num_workers: int = 0,
+    dropout: float = 0.0,
+):
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 3))
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Dropout(dropout), nn.Linear(32, 3))
     data = Points(n)
     sampler = EpochShuffleSampler(n, seed) if shuffle else None
-    train = StatefulDataLoader(data, batch_size=batch_size, sampler=sampler)
+    train = StatefulDataLoader(
+        data, batch_size=batch_size, sampler=sampler, num_workers=num_workers
+    )
     val = StatefulDataLoader(Points(32, seed=1), batch_size=32)
     return PointsTask(model, train, val, n)
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import torch
 
+from trainforge.engine.callbacks import Callback
 from trainforge.engine.trainer import Trainer
 
 
 def train_once(tmp_path, task, config):
     trainer = Trainer(task, config, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[])
     norms = []
-    original = trainer._optimizer_step
 
-    def spy(weight):
-        original(weight)
-        norms.append(float(trainer.last_grad_norm))
+    class Spy(Callback):
+        def on_step_end(self, trainer):
+            norms.append(float(trainer.last_grad_norm))
 
-    trainer._optimizer_step = spy
+    trainer.callbacks.append(Spy())
     trainer.fit()
     return [p.detach().clone() for p in trainer.model.parameters()], norms
 

@@ -142,6 +142,14 @@ class TrainingConfig(Section):
         None, ge=1, description="CPU threads for torch (None: all cores)."
     )
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    skip_nonfinite_steps: bool = Field(
+        True,
+        description="Skip the optimizer step when the loss or gradient is NaN/Inf "
+        "(one scalar read per step).",
+    )
+    max_consecutive_nonfinite_steps: int = Field(
+        10, ge=1, description="Stop the run after this many skipped steps in a row."
+    )
 
 
 class EvaluationConfig(Section):
@@ -169,6 +177,10 @@ class CheckpointConfig(Section):
     save_best: bool = Field(True, description="Keep best_model by metric_for_best_model.")
     save_on_time_limit: bool = Field(True, description="Write checkpoint_time_limit on time out.")
     save_final_model: bool = Field(True, description="Write model.safetensors at the end.")
+    async_save: bool = Field(
+        True,
+        description="Copy the state to CPU memory, then write it on a background thread.",
+    )
 
 
 class LoggingConfig(Section):
@@ -202,6 +214,10 @@ class HardwareConfig(Section):
     )
     swap_directory: str | None = Field(
         None, description="Folder for temporary state (created on demand)."
+    )
+    slurm_requeue: bool = Field(
+        True,
+        description="Under Slurm, SIGUSR1 checkpoints and requeues the job (scontrol requeue).",
     )
 
 

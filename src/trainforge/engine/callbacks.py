@@ -19,6 +19,7 @@ class Callback:
     def on_fit_start(self, trainer: Trainer) -> None: ...
     def on_epoch_start(self, trainer: Trainer) -> None: ...
     def on_step_end(self, trainer: Trainer) -> None: ...
+    def on_batch_end(self, trainer: Trainer) -> None: ...
     def on_epoch_end(self, trainer: Trainer) -> None: ...
     def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
     def on_save(self, trainer: Trainer, path: Any) -> None: ...
@@ -89,9 +90,11 @@ class TimeLimit(Callback):
 
 
 class GracefulStop(Callback):
-    """Ctrl+C / SIGTERM / SIGUSR1: finish the step, save `checkpoint_interrupted`, exit.
+    """Ctrl+C / SIGTERM / SIGUSR1: finish the micro-batch, save `checkpoint_interrupted`, stop.
 
-    A second Ctrl+C restores the default handler so the user can always force quit.
+    The handler only records the signal (no file I/O in a signal handler); the checkpoint is
+    written from the loop after the current micro-batch, mid accumulation window if need be.
+    The handler also puts the previous handler back, so a second Ctrl+C aborts at once.
     """
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
@@ -113,11 +116,12 @@ class GracefulStop(Callback):
                 except ValueError:  # not the main thread (e.g. embedded use)
                     return
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_batch_end(self, trainer: Trainer) -> None:
         if self.received and not trainer.should_stop:
-            trainer.save_checkpoint("checkpoint_interrupted")
+            trainer.save_checkpoint("checkpoint_interrupted", wait=True)
             trainer.stop(f"{self.received} received")
             trainer.interrupted = True
+            trainer.stop_signal = self.received
 
     def on_fit_end(self, trainer: Trainer) -> None:
         for sig, previous in self._previous.items():

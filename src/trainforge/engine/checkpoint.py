@@ -9,17 +9,27 @@ A checkpoint is a folder under `RUN/checkpoints/`:
     manifest.json        sha256 of every file above, written last
 It is written into a hidden temporary folder, fsynced, then renamed into place, so a crash
 leaves either the old checkpoint or the new one, never half of one. Loading checks the
-manifest; a folder without a valid manifest is not a checkpoint.
+manifest; a folder without a valid manifest is not a checkpoint. `recover` tidies what a
+crash mid-write leaves behind (temporary folders, a replaced folder not yet deleted).
+
+Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints: best value,
+step and epoch, config hash, timestamp, the newest checkpoint (the seed notes' metadata).
+
+`CheckpointWriter` runs the write on a background thread after the trainer has copied the
+state to CPU memory, so the loop stalls only for the copy.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from trainforge.errors import UserError
 
 MANIFEST = "manifest.json"
+RUN_META = "checkpoint_meta.json"
 PERIODIC = re.compile(r"^(checkpoint_epoch_(\d+)|checkpoint-(\d+))$")
 
 
@@ -73,12 +84,17 @@ def save_checkpoint(
     config_yaml: str,
 ) -> Path:
     """Write one checkpoint atomically and return its final path."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        tensors = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
+        tensors, storages = {}, set()
+        for key, value in model_state.items():
+            tensor = value.detach().contiguous().cpu()
+            ptr = tensor.untyped_storage().data_ptr()
+            tensors[key] = tensor.clone() if ptr in storages else tensor  # untie shared weights
+            storages.add(ptr)
         save_file(tensors, str(tmp / "model.safetensors"))
         torch.save(dict(state), tmp / "state.pt")
         (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
@@ -103,6 +119,152 @@ def save_checkpoint(
             "free disk space or fix permissions; the previous checkpoint is intact",
         ) from None
     return folder
+
+
+class Snapshot:
+    """Copies nested training state to CPU memory, reusing its buffers between saves.
+
+    Training keeps mutating the live tensors after a background save starts, so the saved
+    state must be a copy. Reusing the same CPU buffers (pinned when CUDA is present) makes
+    a copy a plain memcpy without fresh page faults; the caller must not take a new copy
+    while a write of the previous one is in flight. Copying also unties shared tensors
+    (tied embeddings), which safetensors refuses to write.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, torch.Tensor] = {}
+        self._pin = torch.cuda.is_available()
+
+    def _tensor(self, key: tuple, value: torch.Tensor) -> torch.Tensor:
+        value = value.detach()
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=self._pin)
+            self._buffers[key] = buffer
+        buffer.copy_(value, non_blocking=value.device.type == "cuda")
+        return buffer
+
+    def copy(self, obj: Any, key: tuple = ()) -> Any:
+        result = self._copy(obj, key)
+        if self._pin:
+            torch.cuda.synchronize()  # non-blocking device-to-host copies have landed
+        return result
+
+    def _copy(self, obj: Any, key: tuple) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return self._tensor(key, obj)
+        if isinstance(obj, Mapping):
+            return {k: self._copy(v, (*key, k)) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            if all(isinstance(v, int | float | str | bool | None) for v in obj):
+                return type(obj)(obj)  # e.g. Python's RNG state: 625 plain ints
+            items = [self._copy(v, (*key, i)) for i, v in enumerate(obj)]
+            return items if isinstance(obj, list) else tuple(items)
+        return obj
+
+
+def snapshot(obj: Any) -> Any:
+    """A one-off CPU copy of nested state (see `Snapshot` for the reusable form)."""
+    return Snapshot().copy(obj)
+
+
+def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    versions = {"python": sys.version.split()[0]}
+    for name in ("trainforge", "torch", "torchvision", "torchdata", "numpy", "safetensors"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    for name in ("transformers", "peft"):
+        if name in sys.modules:
+            versions[name] = metadata.version(name)
+    return versions
+
+
+def write_run_meta(root: Path, meta: Mapping[str, Any]) -> None:
+    """Atomically (re)write `checkpoint_meta.json` beside the checkpoint folders."""
+    keys = ("best_val", "best_metric", "best_step", "best_epoch", "config_hash", "timestamp")
+    data = {k: meta.get(k) for k in keys}
+    data["latest"] = meta.get("name")
+    data["latest_step"] = meta.get("global_step")
+    tmp = root / f".{RUN_META}.tmp"
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tmp.replace(root / RUN_META)
+
+
+def read_run_meta(root: Path) -> dict[str, Any]:
+    return json.loads((root / RUN_META).read_text(encoding="utf-8"))
+
+
+def recover(root: Path) -> list[str]:
+    """Undo what a crash mid-write left in `root`; returns one line per action taken."""
+    actions: list[str] = []
+    if not root.is_dir():
+        return actions
+    for item in sorted(root.iterdir()):
+        if item.name.startswith(".old-") and item.is_dir():
+            # A checkpoint being replaced: the new one may not have landed yet.
+            name = item.name[len(".old-") :].rsplit("-", 1)[0]
+            target = root / name
+            if not target.exists() and verify(item) is None:
+                item.rename(target)
+                actions.append(f"restored {target.name} from an interrupted replace")
+                continue
+            shutil.rmtree(item, ignore_errors=True)
+            actions.append(f"removed {item.name}")
+        elif item.name.startswith((".tmp-", f".{RUN_META}.tmp")):
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
+            actions.append(f"removed unfinished write {item.name}")
+    return actions
+
+
+class CheckpointWriter:
+    """Runs checkpoint writes one at a time, on a background thread or inline.
+
+    A write's error (disk full, permission denied) is raised on the training thread at the
+    next `submit` or `wait`, as the `UserError` the write produced.
+    """
+
+    def __init__(self, background: bool = True) -> None:
+        self.background = background
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _run(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as err:  # re-raised on the training thread
+            self._error = err
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.wait()
+        if not self.background:
+            job()
+            return
+        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer")
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
 
 def verify(folder: Path) -> str | None:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -27,6 +31,15 @@ class RunSummary:
     interrupted: bool
     global_step: int
     train_time_s: float
+    signal: str | None = None
+    checkpoint: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0, or 128 + the signal number for a run stopped by a signal (130 for Ctrl+C)."""
+        if not self.interrupted:
+            return 0
+        return 128 + int(getattr(signal, self.signal or "SIGINT", signal.SIGINT))
 
 
 def config_yaml(config: RunConfig) -> str:
@@ -45,21 +58,43 @@ def run_dir_for(resolved: ResolvedConfig) -> Path:
     return Path(out.dir) / name
 
 
+def _checkpoint_path(value: str) -> Path:
+    """A checkpoint folder from what a user may type: the folder, a run folder (its newest
+    good checkpoint), or the ViT guide's `checkpoints/NAME.pth` spelling."""
+    from trainforge.engine import checkpoint as ckpt
+
+    path = Path(value)
+    if not path.exists() and path.suffix == ".pth" and path.with_suffix("").is_dir():
+        path = path.with_suffix("")
+    if path.is_dir() and not (path / ckpt.MANIFEST).exists():
+        for root in (path / "checkpoints", path):
+            found = ckpt.latest(root)
+            if found is not None:
+                return found.path
+    return path
+
+
 def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Path | None:
     from trainforge.engine import checkpoint as ckpt
 
     root = run_dir / "checkpoints"
+    for line in ckpt.recover(root):
+        print(f"checkpoints: {line}")
+    if resume_from is None and os.environ.get("SLURM_JOB_ID") and ckpt.latest(root):
+        # A requeued or restarted Slurm job continues its run by itself.
+        print(f"Slurm job {os.environ['SLURM_JOB_ID']}: resuming the run's newest checkpoint")
+        resume_from = "auto"
     if resume_from == "auto":
         found = ckpt.latest(root)
         if found is None:
             print(f"resume auto: no checkpoint in {root}, starting fresh")
         return found.path if found else None
     if resume_from:
-        path = Path(resume_from)
+        path = _checkpoint_path(resume_from)
         problem = ckpt.verify(path) if path.is_dir() else "not found"
         if problem:
             raise UserError(
-                f"--resume_from {path}: {problem}",
+                f"--resume_from {resume_from}: {problem}",
                 "pass a checkpoint folder such as runs/NAME/checkpoints/best_model, or auto",
             )
         return path
@@ -70,6 +105,44 @@ def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Pa
             "or replace it with --set output.overwrite=true",
         )
     return None
+
+
+def config_changes(saved_yaml: str, config: RunConfig) -> list[str]:
+    """`key: old -> new` for every leaf that differs from the checkpoint's config."""
+    try:
+        saved = yaml.safe_load(saved_yaml) or {}
+    except yaml.YAMLError:
+        return ["(the checkpoint's config.yaml is unreadable)"]
+    current = config.model_dump(mode="json")
+    changes: list[str] = []
+
+    def walk(old: Any, new: Any, prefix: str) -> None:
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(set(old) | set(new)):
+                walk(old.get(key), new.get(key), f"{prefix}{key}.")
+        elif old != new:
+            changes.append(f"{prefix.rstrip('.')}: {old!r} -> {new!r}")
+
+    walk(saved, current, "")
+    return [c for c in changes if not c.startswith("output.")]
+
+
+def _requeue_slurm_job() -> None:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    try:
+        done = subprocess.run(
+            ["scontrol", "requeue", job], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        print(f"could not requeue Slurm job {job}: {err}; resubmit it to continue")
+        return
+    if done.returncode == 0:
+        print(f"Slurm job {job} requeued; it resumes from the checkpoint when it restarts")
+    else:
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        print(f"could not requeue Slurm job {job}: {reason[0] if reason else done.returncode}")
 
 
 def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None) -> RunSummary:
@@ -128,7 +201,10 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
     )
     _print_start(resolved, platform, trainer, run_dir)
     if start_from is not None:
+        changes = config_changes((start_from / "config.yaml").read_text(encoding="utf-8"), config)
         meta = trainer.load_checkpoint(start_from)
+        if changes:
+            print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
         print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
     result = trainer.fit()
     if config.checkpoint.save_final_model and not result.interrupted:
@@ -141,6 +217,8 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         interrupted=result.interrupted,
         global_step=result.state.global_step,
         train_time_s=result.state.train_time_s,
+        signal=trainer.stop_signal,
+        checkpoint=trainer.last_checkpoint,
     )
     (run_dir / "summary.json").write_text(
         json.dumps(
@@ -148,10 +226,42 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         ),
         encoding="utf-8",
     )
+    if result.interrupted:
+        where = resolved.path or "CONFIG"
+        print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
+        print(f"resume with: trainforge train {where} --resume auto")
+        if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
+            _requeue_slurm_job()
+    if trainer.diverged:
+        last = ckpt_latest(run_dir)
+        raise UserError(
+            f"training stopped at step {result.state.global_step}: {result.stop_reason}; "
+            f"last good checkpoint: {last or 'none'}",
+            "lower optimizer.learning_rate or set training.max_grad_norm, then resume with "
+            "--resume auto",
+        )
     return summary
 
 
+def ckpt_latest(run_dir: Path) -> Path | None:
+    from trainforge.engine import checkpoint as ckpt
+
+    found = ckpt.latest(run_dir / "checkpoints")
+    return found.path if found else None
+
+
 def _save_final_model(trainer, run_dir: Path) -> None:
+    # A task that knows its own model format (a Hugging Face folder) saves itself.
+    save_final = getattr(trainer.task, "save_final", None)
+    if save_final is not None:
+        save_final(
+            run_dir,
+            model=trainer.model,
+            metrics=dict(trainer.last_val),
+            config_hash=trainer.config_hash,
+            global_step=trainer.state.global_step,
+        )
+        return
     from safetensors.torch import save_file
 
     state = {k: v.detach().contiguous().cpu() for k, v in trainer.model.state_dict().items()}

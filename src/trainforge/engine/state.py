@@ -20,6 +20,8 @@ class TrainerState:
     best_metric: float | None = None
     best_step: int | None = None
     best_epoch: int | None = None
+    nonfinite_steps: int = 0  # optimizer steps skipped for a NaN/Inf loss or gradient
+    consecutive_nonfinite: int = 0
     improved: bool = False
 
     def state_dict(self) -> dict[str, Any]:

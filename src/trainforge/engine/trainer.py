@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from trainforge.engine.precision import Precision
 from trainforge.engine.schedule import build_scheduler
 from trainforge.engine.state import TrainerState, capture_rng, restore_rng
 from trainforge.engine.task import Task
+from trainforge.errors import UserError
 
 
 @dataclass
@@ -35,6 +37,57 @@ class FitResult:
     final_metrics: dict[str, float]
     stop_reason: str
     interrupted: bool
+
+
+class StepSums:
+    """Running sums over the micro-batches of the current optimizer step (its window).
+
+    Kept as device tensors; they (and the partial gradients) go into a checkpoint taken in
+    the middle of an accumulation window, so resume continues the window exactly.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.micro = 0  # micro-batches accumulated so far in this window
+        self.weight = 0
+        self.samples = 0
+        self.loss_sum: torch.Tensor | float = 0.0
+        self.sums: dict[str, torch.Tensor] = {}
+
+    def add(self, weighted: torch.Tensor, out: Any, samples: int) -> None:
+        self.micro += 1
+        self.weight += out.weight
+        self.samples += samples
+        self.loss_sum = self.loss_sum + weighted.detach()
+        for key, value in out.sums.items():
+            value = value.detach()
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
+
+    def state_dict(self, params: list[nn.Parameter]) -> dict[str, Any] | None:
+        if self.micro == 0:
+            return None
+        return {
+            "micro": self.micro,
+            "weight": self.weight,
+            "samples": self.samples,
+            "loss_sum": torch.as_tensor(self.loss_sum),
+            "sums": dict(self.sums),
+            "grads": [p.grad for p in params],
+        }
+
+    def load_state_dict(
+        self, state: dict[str, Any] | None, params: list[nn.Parameter], device: torch.device
+    ) -> None:
+        self.reset()
+        if not state:
+            return
+        self.micro, self.weight, self.samples = state["micro"], state["weight"], state["samples"]
+        self.loss_sum = state["loss_sum"].to(device)
+        self.sums = {k: v.to(device) for k, v in state["sums"].items()}
+        for param, grad in zip(params, state["grads"], strict=True):
+            param.grad = None if grad is None else grad.to(device=device, dtype=param.dtype)
 
 
 class Window:
@@ -48,9 +101,18 @@ class Window:
         self.weight = 0
         self.samples = 0
         self.steps = 0
+        self.skipped = 0
         self.sums: dict[str, torch.Tensor] = {}
         self.data_s = 0.0
         self.started = time.perf_counter()
+
+    def fold(self, step: StepSums) -> None:
+        self.loss_sum = self.loss_sum + step.loss_sum
+        self.weight += step.weight
+        self.samples += step.samples
+        self.steps += 1
+        for key, value in step.sums.items():
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
 
 
 class Trainer:
@@ -97,7 +159,14 @@ class Trainer:
         )
         self.state = TrainerState()
         self.window = Window()
+        self.step_sums = StepSums()
+        self.writer = ckpt.CheckpointWriter(background=config.checkpoint.async_save)
+        self._snapshot = ckpt.Snapshot()
         self.last_grad_norm: torch.Tensor | None = None
+        self.last_step_loss: torch.Tensor | None = None
+        self.last_checkpoint: Path | None = None
+        self.stop_signal: str | None = None
+        self.diverged = False
         self.last_val: dict[str, float] = {}
         self.should_stop = False
         self.stop_reason = "finished"
@@ -161,18 +230,27 @@ class Trainer:
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
+        self.writer.wait()  # every checkpoint is on disk before fit returns
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
         self.emit("on_fit_end")
         return FitResult(self.state, dict(self.last_val), self.stop_reason, self.interrupted)
 
     def _train_epoch(self) -> bool:
-        """Train until the epoch ends (True) or training stops inside it (False)."""
+        """Train until the epoch ends (True) or training stops inside it (False).
+
+        A checkpoint may be taken after any micro-batch (events `on_step_end` and
+        `on_batch_end`), always before the loader is exhausted, so the saved loader
+        position, batch counter and accumulation window agree with each other.
+        """
         self.model.train()
         loader = self.task.train_loader
         num_batches = len(loader)
-        batches = iter(loader)
-        in_window, window_weight = 0, 0
+        # A loader draws its worker base seed from the global RNG when it starts an
+        # iterator (more than once when restoring one); keep that out of the training RNG
+        # stream so a resumed run draws exactly what the uninterrupted run drew.
+        with torch.random.fork_rng(devices=[]):
+            batches = iter(loader)
         while True:
             fetch_start = time.perf_counter()
             try:
@@ -188,50 +266,76 @@ class Trainer:
                 self.precision.scaler.scale(weighted).backward()
             else:
                 weighted.backward()
-            self._accumulate(out, weighted, self.task.batch_size(raw))
-            in_window += 1
-            window_weight += out.weight
+            self.step_sums.add(weighted, out, self.task.batch_size(raw))
+            self.state.samples_seen += self.task.batch_size(raw)
             self.state.batch_in_epoch += 1
             epoch_done = self.state.batch_in_epoch >= num_batches
-            if in_window < self.accumulation and not epoch_done:
-                continue
-            self._optimizer_step(window_weight)
-            in_window, window_weight = 0, 0
-            self.emit("on_step_end")
+            if (self.step_sums.micro >= self.accumulation or epoch_done) and self._optimizer_step():
+                self.emit("on_step_end")
+            self.emit("on_batch_end")
             if epoch_done:
                 next(batches, None)  # exhaust so the loader's saved state marks the epoch done
                 return True
             if self.should_stop or self.state.global_step >= self.total_steps:
                 return False
 
-    def _accumulate(self, out: Any, weighted: torch.Tensor, num_samples: int) -> None:
-        w = self.window
-        w.loss_sum = w.loss_sum + weighted.detach()
-        w.weight += out.weight
-        w.samples += num_samples
-        self.state.samples_seen += num_samples
-        for key, value in out.sums.items():
-            w.sums[key] = w.sums[key] + value.detach() if key in w.sums else value.detach()
-
-    def _optimizer_step(self, window_weight: int) -> None:
+    def _optimizer_step(self) -> bool:
+        """Apply the window's update; False when it was skipped for a non-finite value."""
+        sums = self.step_sums
         scaler = self.precision.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.params if p.grad is not None]
         if grads:
-            torch._foreach_mul_(grads, 1.0 / window_weight)
-        max_norm = self.config.training.max_grad_norm
-        if max_norm is not None:
-            self.last_grad_norm = nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
-        if scaler is not None:
-            scaler.step(self.optimizer)
-            scaler.update()
+            torch._foreach_mul_(grads, 1.0 / sums.weight)
+        t = self.config.training
+        norm = None
+        if t.max_grad_norm is not None:
+            norm = nn.utils.clip_grad_norm_(self.params, t.max_grad_norm, foreach=True)
+        elif t.skip_nonfinite_steps and grads and scaler is None:
+            norm = nn.utils.get_total_norm(grads, foreach=True)
+        step_loss = torch.as_tensor(sums.loss_sum) / max(1, sums.weight)
+        finite = True
+        if t.skip_nonfinite_steps:
+            # One scalar read per step. Under fp16 the grad scaler already skips steps with
+            # overflowing gradients, so only the loss decides there.
+            flag = torch.isfinite(step_loss)
+            if norm is not None and scaler is None:
+                flag = flag & torch.isfinite(norm)
+            finite = bool(flag)
+        if finite:
+            if scaler is not None:
+                scaler.step(self.optimizer)
+                scaler.update()
+            else:
+                self.optimizer.step()
+            self.scheduler.step()
+            self.state.global_step += 1
+            self.state.consecutive_nonfinite = 0
+            self.last_grad_norm = norm
+            self.last_step_loss = step_loss.detach()
+            self.window.fold(sums)
         else:
-            self.optimizer.step()
-        self.scheduler.step()
+            if scaler is not None:
+                scaler.update()
+            self._skip_nonfinite()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.global_step += 1
-        self.window.steps += 1
+        sums.reset()
+        return finite
+
+    def _skip_nonfinite(self) -> None:
+        s = self.state
+        s.nonfinite_steps += 1
+        s.consecutive_nonfinite += 1
+        self.window.skipped += 1
+        limit = self.config.training.max_consecutive_nonfinite_steps
+        print(
+            f"step {s.global_step + 1}: non-finite loss or gradient, optimizer step skipped "
+            f"({s.consecutive_nonfinite} in a row, {s.nonfinite_steps} in total)"
+        )
+        if s.consecutive_nonfinite >= limit:
+            self.diverged = True
+            self.stop(f"diverged: {limit} consecutive steps with a non-finite loss or gradient")
 
     def pop_train_metrics(self) -> dict[str, float]:
         """Synchronise once, turn the window's sums into metrics, start a new window."""
@@ -239,6 +343,7 @@ class Trainer:
         w = self.window
         wall_s = max(time.perf_counter() - w.started, 1e-9)
         if w.weight == 0:
+            w.reset()
             return {}
         sums = {k: float(v) for k, v in w.sums.items()}
         metrics = self.task.metrics(float(w.loss_sum), w.weight, sums)
@@ -255,6 +360,8 @@ class Trainer:
             metrics["tokens_per_s"] = w.weight / wall_s
         if self.last_grad_norm is not None:
             metrics["grad_norm"] = float(self.last_grad_norm)
+        if w.skipped:
+            metrics["nonfinite_steps"] = float(w.skipped)
         w.reset()
         return metrics
 
@@ -293,50 +400,97 @@ class Trainer:
             self.state.best_epoch = self.state.epoch
 
     # ----------------------------------------------------------- checkpoints
-    def save_checkpoint(self, name: str) -> Path:
+    def save_checkpoint(self, name: str, *, wait: bool = False) -> Path:
+        """Copy the full training state to CPU memory, then write it (on the background
+        thread unless `checkpoint.async_save` is off or `wait`). The loop stalls only for
+        the copy. Weights holding NaN or Inf are never written: the write is dropped with
+        one line and the previous checkpoints stay the newest."""
+        self.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
-            "train_loader": self.task.train_loader.state_dict(),
-            "trainer": self.state.state_dict(),
-            "rng": capture_rng(),
-        }
+        scheduler = self.scheduler.state_dict()
+        scheduler.pop("lr_lambdas", None)  # the schedule's shape comes from the config
+        model_state, state = self._snapshot.copy(
+            (
+                self.model.state_dict(),
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": scheduler,
+                    "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
+                    "train_loader": self.task.train_loader.state_dict(),
+                    "trainer": self.state.state_dict(),
+                    "accumulation": self.step_sums.state_dict(self.params),
+                    "rng": capture_rng(),
+                },
+            )
+        )
         meta = {
             "name": name,
             "epoch": self.state.epoch,
             "global_step": self.state.global_step,
+            "batch_in_epoch": self.state.batch_in_epoch,
+            "micro_batch_in_window": self.step_sums.micro,
             "best_val": self.state.best_metric,
             "best_metric": self.config.evaluation.metric_for_best_model,
             "best_step": self.state.best_step,
             "best_epoch": self.state.best_epoch,
             "config_hash": self.config_hash,
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "versions": {"torch": torch.__version__},
+            "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
+            "versions": ckpt.library_versions(),
         }
         root = self.run_dir / "checkpoints"
-        path = ckpt.save_checkpoint(
-            root / name,
-            model_state=self.model.state_dict(),
-            state=state,
-            meta=meta,
-            config_yaml=self.config_yaml,
-        )
-        ckpt.rotate(root, self.config.checkpoint.save_total_limit)
-        self.emit("on_save", path)
-        return path
+        folder = root / name
+        keep = self.config.checkpoint.save_total_limit
+        config_yaml = self.config_yaml
+
+        def write() -> None:
+            if not ckpt.all_finite(model_state):
+                print(f"checkpoint {name} not written: the model weights hold NaN or Inf")
+                return
+            ckpt.save_checkpoint(
+                folder, model_state=model_state, state=state, meta=meta, config_yaml=config_yaml
+            )
+            ckpt.write_run_meta(root, meta)
+            ckpt.rotate(root, keep)
+
+        self.writer.submit(write)
+        if wait:
+            self.writer.wait()
+        self.last_checkpoint = folder
+        self.emit("on_save", folder)
+        return folder
 
     def load_checkpoint(self, folder: Path) -> dict[str, Any]:
         model_state, state, meta = ckpt.load_checkpoint(folder)
+        self._check_shapes(model_state, folder)
         self.model.load_state_dict(model_state)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        scheduler = dict(state["scheduler"])
+        scheduler["lr_lambdas"] = [None] * len(self.scheduler.lr_lambdas)
+        self.scheduler.load_state_dict(scheduler)
         if self.precision.scaler is not None and state.get("scaler"):
             self.precision.scaler.load_state_dict(state["scaler"])
         self.task.train_loader.load_state_dict(state["train_loader"])
         self.state.load_state_dict(state["trainer"])
         self.state.improved = False
+        self.step_sums.load_state_dict(state.get("accumulation"), self.params, self.device)
         restore_rng(state["rng"])
         return meta
+
+    def _check_shapes(self, saved: dict[str, torch.Tensor], folder: Path) -> None:
+        current = self.model.state_dict()
+        missing = sorted(set(current) - set(saved))
+        extra = sorted(set(saved) - set(current))
+        changed = [
+            f"{k} {tuple(saved[k].shape)} -> {tuple(v.shape)}"
+            for k, v in current.items()
+            if k in saved and saved[k].shape != v.shape
+        ]
+        if missing or extra or changed:
+            detail = changed[:1] or [f"missing {missing[:1]}" if missing else f"extra {extra[:1]}"]
+            raise UserError(
+                f"checkpoint {folder} holds a different model ({len(changed)} changed, "
+                f"{len(missing)} missing, {len(extra)} extra tensors; first: {detail[0]})",
+                "resume with the model settings the checkpoint was trained with, "
+                "or start a new run",
+            )

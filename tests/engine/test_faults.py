@@ -1,0 +1,270 @@
+"""Numerical faults, broken and unwritable checkpoint folders, crash leftovers, bad resumes."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainforge.engine import checkpoint as ckpt
+from trainforge.engine.callbacks import Callback
+from trainforge.engine.trainer import Trainer
+from trainforge.errors import UserError
+
+CPU = torch.device("cpu")
+
+
+class Poison(Callback):
+    """Makes chosen micro-batches produce a NaN loss or an Inf gradient."""
+
+    def __init__(self, task, nan_loss_steps=(), inf_grad_steps=()) -> None:
+        self.calls = 0
+        original = task.step
+
+        def step(model, batch):
+            out = original(model, batch)
+            self.calls += 1
+            if self.calls in nan_loss_steps:
+                out.loss = out.loss * float("nan")
+            if self.calls in inf_grad_steps:
+                # Finite loss, infinite gradient: d/dw of w * 0 with an inf upstream factor.
+                first = next(model.parameters())
+                out.loss = out.loss + (first.sum() * 0.0) * float("inf")
+            return out
+
+        task.step = step
+
+
+def snapshot(trainer):
+    params = [p.detach().clone() for p in trainer.model.parameters()]
+    moments = {
+        k: {n: torch.as_tensor(v).clone() for n, v in s.items()}
+        for k, s in trainer.optimizer.state_dict()["state"].items()
+    }
+    return params, moments, trainer.scheduler.last_epoch, trainer.current_lr()
+
+
+class Probe(Callback):
+    def __init__(self) -> None:
+        self.snaps = {}
+
+    def on_step_end(self, trainer):
+        self.snaps[trainer.state.global_step] = snapshot(trainer)
+
+
+@pytest.mark.parametrize("fault", ["nan_loss", "inf_grad"])
+def test_a_non_finite_step_is_skipped_and_changes_nothing(
+    tmp_path, points_task, points_config, capsys, fault
+):
+    cfg = points_config(**{"training.max_steps": 4, "training.per_device_train_batch_size": 8})
+    task = points_task(n=64, batch_size=8)
+    Poison(task, **{f"{fault}_steps": (3,)})
+    probe = Probe()
+    trainer = Trainer(task, cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[probe])
+    trainer.fit()
+    # Micro-batch 3 was poisoned: steps 1, 2 ran, batch 3 was skipped, batches 4, 5 -> steps 3, 4.
+    assert trainer.state.global_step == 4 and trainer.state.nonfinite_steps == 1
+    assert trainer.state.batch_in_epoch == 5
+    assert "non-finite loss or gradient, optimizer step skipped" in capsys.readouterr().out
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+    # Replaying without the poison from step 2's state: the skipped batch left no trace.
+    clean = points_task(n=64, batch_size=8)
+    reference = Trainer(
+        clean, cfg, run_dir=tmp_path / "r", device=torch.device("cpu"), callbacks=[]
+    )
+    reference.total_steps = 2
+    reference.fit()
+    params, _moments, sched_step, lr = probe.snaps[2]
+    for a, b in zip(params, reference.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert sched_step == reference.scheduler.last_epoch and lr == reference.current_lr()
+
+
+def test_consecutive_bad_steps_stop_the_run_with_the_last_good_checkpoint(
+    tmp_path, points_task, points_config
+):
+    cfg = points_config(
+        **{
+            "training.max_steps": 50,
+            "training.per_device_train_batch_size": 8,
+            "training.max_consecutive_nonfinite_steps": 3,
+            "checkpoint.save_steps": 2,
+        }
+    )
+    task = points_task(n=200, batch_size=8)
+    Poison(task, nan_loss_steps=range(6, 100))
+    from trainforge.engine.callbacks import CheckpointCadence
+
+    trainer = Trainer(
+        task,
+        cfg,
+        run_dir=tmp_path,
+        device=torch.device("cpu"),
+        callbacks=[CheckpointCadence(2, None, False)],
+    )
+    trainer.fit()
+    assert trainer.diverged and "diverged" in trainer.stop_reason
+    assert trainer.state.global_step == 5 and trainer.state.consecutive_nonfinite == 3
+    newest = ckpt.latest(tmp_path / "checkpoints")
+    assert newest.path.name == "checkpoint-4"
+    weights, _, _ = ckpt.load_checkpoint(newest.path)
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_nan_weights_are_never_checkpointed(tmp_path, points_task, points_config, capsys):
+    cfg = points_config(**{"training.max_steps": 1})
+    trainer = Trainer(
+        points_task(), cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[]
+    )
+    with torch.no_grad():
+        next(trainer.model.parameters())[0, 0] = math.nan
+    trainer.save_checkpoint("checkpoint-1", wait=True)
+    assert "not written: the model weights hold NaN or Inf" in capsys.readouterr().out
+    assert not (tmp_path / "checkpoints" / "checkpoint-1").exists()
+
+
+# ------------------------------------------------------------ broken checkpoint files
+def good(root: Path, name: str, step: int) -> Path:
+    return ckpt.save_checkpoint(
+        root / name,
+        model_state={"w": torch.full((64, 64), float(step))},
+        state={"step": step},
+        meta={"global_step": step, "timestamp": f"t{step}"},
+        config_yaml="a: 1\n",
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated weights", "flipped byte in state", "missing manifest", "manifest of garbage"],
+)
+def test_a_damaged_checkpoint_is_reported_and_skipped(tmp_path, capsys, damage):
+    root = tmp_path / "checkpoints"
+    good(root, "checkpoint-1", 1)
+    bad = good(root, "checkpoint-2", 2)
+    if damage == "truncated weights":
+        data = (bad / "model.safetensors").read_bytes()
+        (bad / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "flipped byte in state":
+        data = bytearray((bad / "state.pt").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (bad / "state.pt").write_bytes(bytes(data))
+    elif damage == "missing manifest":
+        (bad / "manifest.json").unlink()
+    else:
+        (bad / "manifest.json").write_text("{not json")
+    assert ckpt.latest(root).path.name == "checkpoint-1"
+    lines = [line for line in capsys.readouterr().out.splitlines() if "checkpoint-2" in line]
+    assert len(lines) == 1 and lines[0].startswith("skipping checkpoint")
+    with pytest.raises(UserError):
+        ckpt.load_checkpoint(bad)
+
+
+def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
+    tmp_path, points_task, points_config, monkeypatch
+):
+    cfg = points_config(**{"training.max_steps": 1})
+    trainer = Trainer(
+        points_task(), cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[]
+    )
+    trainer.fit()
+    trainer.save_checkpoint("best_model", wait=True)
+    before = (tmp_path / "checkpoints/best_model/model.safetensors").read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_file", full)
+    trainer.save_checkpoint("best_model")  # returns at once; the write fails behind
+    with pytest.raises(UserError, match="No space left on device") as info:
+        trainer.writer.wait()
+    assert "\n" not in info.value.line()
+    assert (tmp_path / "checkpoints/best_model/model.safetensors").read_bytes() == before
+    assert ckpt.verify(tmp_path / "checkpoints/best_model") is None
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
+@pytest.fixture
+def open_tmp():
+    """A temporary folder an unprivileged user can reach (pytest's is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="trainforge-ro-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_read_only_checkpoint_folder_as_an_unprivileged_user(open_tmp):
+    """Real permission denied: a child process drops root (when we are root) and writes
+    into a read-only folder; the error is one line and the old checkpoint is untouched."""
+    root = open_tmp / "checkpoints"
+    good(root, "checkpoint-1", 1)
+    os.chmod(root, 0o555)
+    code = (
+        "import os, sys, torch\n"
+        "if os.getuid() == 0: os.setgid(65534); os.setuid(65534)\n"
+        "from pathlib import Path\n"
+        "from trainforge.engine import checkpoint as ckpt\n"
+        "from trainforge.errors import UserError\n"
+        "try:\n"
+        f"    ckpt.save_checkpoint(Path({str(root)!r}) / 'checkpoint-1',"
+        " model_state={'w': torch.zeros(2)}, state={}, meta={}, config_yaml='')\n"
+        "except UserError as err:\n"
+        "    print(err.line()); sys.exit(2)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    finally:
+        os.chmod(root, 0o755)
+    assert done.returncode == 2, done.stderr
+    assert "Permission denied" in done.stdout and done.stdout.count("\n") == 1
+    weights, _, _ = ckpt.load_checkpoint(root / "checkpoint-1")
+    assert torch.equal(weights["w"], torch.full((64, 64), 1.0))
+
+
+def test_recover_cleans_crash_leftovers_and_restores_an_interrupted_replace(tmp_path):
+    root = tmp_path / "checkpoints"
+    good(root, "checkpoint-1", 1)
+    best = good(root, "best_model", 2)
+    (root / ".tmp-checkpoint-3-999").mkdir()  # a write killed half-way
+    best.rename(root / ".old-best_model-999")  # killed between the two renames of a replace
+    actions = ckpt.recover(root)
+    assert any("restored best_model" in a for a in actions)
+    assert sorted(p.name for p in root.iterdir()) == ["best_model", "checkpoint-1"]
+    assert ckpt.verify(root / "best_model") is None
+
+
+def test_save_total_limit_never_deletes_best_or_newest(tmp_path):
+    root = tmp_path / "checkpoints"
+    good(root, "best_model", 1)  # the oldest step of all
+    for step in (2, 3, 4, 5):
+        good(root, f"checkpoint-{step}", step)
+    good(root, "checkpoint_epoch_1", 6)
+    ckpt.rotate(root, keep=1)
+    assert sorted(p.name for p in root.iterdir()) == ["best_model", "checkpoint_epoch_1"]
+    # The newest verified checkpoint survives even when it is the only periodic one left.
+    shutil.rmtree(root / "best_model")
+    ckpt.rotate(root, keep=1)
+    assert [p.name for p in root.iterdir()] == ["checkpoint_epoch_1"]
+
+
+def test_resuming_a_different_model_is_refused_in_one_line(tmp_path, points_task, points_config):
+    cfg = points_config(**{"training.max_steps": 1})
+    trainer = Trainer(
+        points_task(), cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[]
+    )
+    trainer.fit()
+    path = trainer.save_checkpoint("checkpoint-1", wait=True)
+    other = points_task()
+    other.model[0] = torch.nn.Linear(8, 16)
+    other.model[3] = torch.nn.Linear(16, 3)
+    wrong = Trainer(other, cfg, run_dir=tmp_path, device=CPU, callbacks=[])
+    with pytest.raises(UserError, match=r"different model .*0\.weight \(32, 8\) -> \(16, 8\)"):
+        wrong.load_checkpoint(path)

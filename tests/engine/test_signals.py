@@ -1,0 +1,109 @@
+"""Real signals sent to a real `trainforge train` subprocess.
+
+Ctrl+C (SIGINT), SIGTERM and SIGUSR1 finish the micro-batch, write `checkpoint_interrupted`,
+say where it is and how to resume, and exit with 128 + the signal number; a second Ctrl+C
+aborts at once. Under Slurm, SIGUSR1 also runs `scontrol requeue` (a recorded fake here)
+and the restarted job resumes by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainforge.engine import checkpoint as ckpt
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = [
+    "--set", "model.embedding_dim=32", "--set", "model.num_layers=1",
+    "--set", "model.num_heads=2", "--set", "model.mlp_size=32",
+    "--set", "training.per_device_train_batch_size=16",
+    "--set", "training.gradient_accumulation_steps=2",
+    "--set", "logging.logging_steps=2", "--set", "logging.tensorboard=false",
+    "--set", "logging.progress_bar=false", "--set", "checkpoint.save_every_epochs=null",
+    "--set", "evaluation.eval_every_epochs=null", "--set", "checkpoint.save_best=false",
+]  # fmt: skip
+
+
+def start(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200", **(env or {}))
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"),
+         "--set", f"output.dir={tmp_path / 'runs'}", "--set", "output.run_name=sig", *TINY,
+         *extra],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+    )  # fmt: skip
+
+
+def wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    metrics = tmp_path / "runs/sig/metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if metrics.exists() and metrics.read_text().count("\n") >= 1:
+            return
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("training did not start")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1"])
+def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
+    proc = start(tmp_path, "--set", "training.max_steps=100000")
+    wait_for_training(tmp_path, proc)
+    proc.send_signal(getattr(signal, sig))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, sig), out
+    folder = tmp_path / "runs/sig/checkpoints/checkpoint_interrupted"
+    assert ckpt.verify(folder) is None
+    assert f"{sig}: checkpoint saved to {folder}" in out
+    assert "resume with: trainforge train" in out and "--resume auto" in out
+    assert "Traceback" not in out
+
+
+def test_double_ctrl_c_aborts_at_once(tmp_path):
+    proc = start(tmp_path, "--set", "training.max_steps=100000")
+    wait_for_training(tmp_path, proc)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    # Whatever the first signal managed to write is either complete or invisible.
+    for found in ckpt.list_checkpoints(tmp_path / "runs/sig/checkpoints"):
+        assert ckpt.verify(found.path) is None
+
+
+def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    fake = bin_dir / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+    env = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = start(tmp_path, "--set", "training.max_steps=100000", env=env)
+    wait_for_training(tmp_path, proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGUSR1, out
+    assert log.read_text().split() == ["requeue", "4242"]
+    assert "Slurm job 4242 requeued" in out
+    step = ckpt.read_meta(tmp_path / "runs/sig/checkpoints/checkpoint_interrupted")["global_step"]
+
+    # The requeued job runs the same command line (no --resume) with a later stop.
+    restart = start(tmp_path, "--set", f"training.max_steps={step + 3}", env=env)
+    out, _ = restart.communicate(timeout=120)
+    assert restart.returncode == 0, out
+    assert "resuming the run's newest checkpoint" in out
+    assert f"step {step})" in out  # "resumed from ... (epoch E, step N)"
+    assert "training.max_steps: 100000 -> " in out  # the changed key is named
+    summary = json.loads((tmp_path / "runs/sig/summary.json").read_text())
+    assert summary["global_step"] == step + 3
