@@ -7,8 +7,12 @@ STAMP := $(VENV)/.installed-stamp
 # On a Jetson install NVIDIA's wheel first (see docs/jetson_training.md) and set TORCH_PIP=.
 TORCH_PIP ?= torch==2.14.1 torchvision==0.29.1
 PYTEST := $(PY) -m pytest
+# Shell and Dockerfile linters (pyproject extra `kits`); the venv's shellcheck where pip has a
+# wheel for this machine, the system's otherwise.
+SHELLCHECK = $(firstword $(wildcard $(VENV)/bin/shellcheck) shellcheck)
+LINT_SHELL = $(SHELLCHECK) scripts/*.sh && $(VENV)/bin/hadolint Dockerfile.dgx-spark
 
-.PHONY: demo test test-slow bench lint format clean venv
+.PHONY: demo test test-slow test-dist test-browser serve bench lint format clean venv
 
 venv: $(STAMP)
 
@@ -17,6 +21,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_PIP)" ]; then $(PY) -m pip install -q $(TORCH_PIP); fi
 	$(PY) -m pip install -q -e '.[all]'
+	test -x $(VENV)/bin/shellcheck || command -v shellcheck >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q shellcheck; } || \
+		echo "shellcheck missing: install it with your package manager (make lint needs it)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,10 +32,26 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+	$(LINT_SHELL)
 	$(PYTEST) -m "not slow and not gpu and not browser and not dist" -q
 
 test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not gpu" -q
+
+# Multi-process torch.distributed cases: real torchrun launches with Gloo on CPU.
+test-dist: $(STAMP)
+	$(PYTEST) -m "dist and not gpu" -q
+
+# Browser tests drive a real headless Chromium through Playwright. Playwright's own browser
+# download is not reachable from every machine, so the distribution's chromium is used
+# (tests/web/test_browser.py finds it; TRAINFORGE_CHROMIUM=PATH picks another).
+test-browser: $(STAMP)
+	command -v chromium >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	$(PYTEST) -m browser -q
+
+serve: $(STAMP)
+	$(VENV)/bin/trainforge serve
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
@@ -36,6 +59,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+	$(LINT_SHELL)
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix src tests scripts benchmarks

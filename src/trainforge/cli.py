@@ -70,8 +70,19 @@ def train(
         str | None,
         typer.Option("--resume_from", "--resume", help="Checkpoint folder, or auto (newest)."),
     ] = None,
+    base_model: Annotated[
+        str | None, typer.Option("--base-model", help="causal-lm: base model folder (models/NAME).")
+    ] = None,
+    output_name: Annotated[
+        str | None, typer.Option("--output-name", help="causal-lm: write models/OUTPUT_NAME.")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing run folder / output model.")
+    ] = False,
 ) -> None:
     """Train: validate the config, detect the hardware, then run the training loop."""
+    import json
+
     from trainforge.config import validate
     from trainforge.hardware import detect
 
@@ -86,8 +97,15 @@ def train(
         "mlp_size": mlp_size,
     }
     platform = detect()
+    # The Jetson guide's flags; explicit --set values given after them still win.
+    quoted = json.dumps  # a YAML string whatever the name looks like (1e5, yes, ...)
+    named = [f"model.model_name_or_path={quoted(base_model)}"] if base_model else []
+    if output_name:
+        name = quoted(output_name)
+        named += [f"output.model_name={name}", f"output.run_name={name}"]
+    named += ["output.overwrite=true"] if overwrite else []
     resolved = validate(
-        config, platform=platform, profile=profile, overrides=set_ or [], flags=flags
+        config, platform=platform, profile=profile, overrides=named + (set_ or []), flags=flags
     )
     from trainforge.engine.run import train as run_training
 
@@ -206,6 +224,112 @@ def jetson_wheel(
     code = wheel_main(argv)
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def doctor(
+    config: Annotated[
+        Path | None, typer.Argument(help="Run config to check for (default: built-in defaults).")
+    ] = None,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    fixture: Annotated[
+        Path | None, typer.Option("--fixture", hidden=True, help="Replay a recorded machine.")
+    ] = None,
+) -> None:
+    """Check this machine for training: each finding with its fix; exit 2 on a problem."""
+    from trainforge.hardware.doctor import main as doctor_main
+
+    code = doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command(
+    "models",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def models(ctx: typer.Context) -> None:
+    """Hugging Face model folders: `models list`, `models init NAME --arch gpt2|llama ...`."""
+    from trainforge.models.cli import main as models_main
+
+    code = models_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
+_FORWARD = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command("export", context_settings=_FORWARD, add_help_option=False)
+def export_cmd(ctx: typer.Context) -> None:
+    """Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."""
+    from trainforge.export.cli import export_main
+
+    code = export_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("bench-infer", context_settings=_FORWARD, add_help_option=False)
+def bench_infer_cmd(ctx: typer.Context) -> None:
+    """Inference latency of export artifacts side by side: `bench-infer ARTIFACT...`."""
+    from trainforge.export.cli import bench_main
+
+    code = bench_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("slurm", context_settings=_FORWARD, add_help_option=False)
+def slurm_cmd(ctx: typer.Context) -> None:
+    """Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS [--submit]`."""
+    from trainforge.launch.cli import slurm_main
+
+    code = slurm_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/vit_digits.")],
+) -> None:
+    """Write RUN_DIR/report.html (plots, per-class accuracy, summary) and RUN_DIR/report/*.png."""
+    from trainforge.observe.report import report_command
+
+    report_command(run_dir)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="Access token every request must carry (or TRAINFORGE_WEB_TOKEN); needed "
+            "for a non-loopback --host.",
+        ),
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", help="SQLite run history (default runs/.trainforge-web/runs.db)."),
+    ] = None,
+    runs_dir: Annotated[str, typer.Option("--runs-dir", help="Parent of run folders.")] = "runs",
+    models_dir: Annotated[
+        str, typer.Option("--models-dir", help="Folder of Hugging Face model folders.")
+    ] = "models",
+    fixture: Annotated[
+        Path | None, typer.Option("--fixture", hidden=True, help="Replay a recorded machine.")
+    ] = None,
+) -> None:
+    """Web app: launch, watch and stop training runs from a browser."""
+    from trainforge.web.serve import serve as serve_app
+
+    serve_app(host, port, token, db=db, runs_dir=runs_dir, models_dir=models_dir, fixture=fixture)
 
 
 def main() -> None:

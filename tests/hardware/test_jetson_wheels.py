@@ -18,6 +18,7 @@ from trainforge.hardware.jetson_wheels import (
     parse_dpkg_l4t,
     recommend,
     supported_jetpacks,
+    wheel_row,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -97,6 +98,25 @@ def test_main_prints_detected_jetpack_6_commands(capsys: pytest.CaptureFixture[s
         "rerun this after a JetPack upgrade "
         "(or see https://developer.download.nvidia.com/compute/redist/jp/)"
     )
+
+
+def test_main_prints_detected_jetpack_6_1_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    # The Orin Nano recorded for `trainforge doctor`: nv_tegra_release says R36 REVISION 4.0.
+    assert main([], root=FIXTURES / "doctor" / "jetson-orin-nano-jp61") == 0
+    out = capsys.readouterr().out
+    assert "L4T: 36.4.0 (from /etc/nv_tegra_release)" in out
+    assert "detected JetPack: 6.1" in out
+    assert "--index-url https://pypi.jetson-ai-lab.dev/jp6/cu126" in out
+    assert "note: if `import torch` fails on libcusparseLt.so" in out
+    assert "bash scripts/install_cusparselt.sh" in out
+
+
+def test_every_row_names_the_cuda_release_of_its_jetpack() -> None:
+    # The CUDA column is what `trainforge doctor` compares torch.version.cuda against.
+    assert [row.cuda for row in WHEEL_TABLE] == ["11.4", "12.2", "12.6"]
+    assert wheel_row("JetPack 6.2").cuda == "12.6"
+    assert wheel_row("5.1.2").python == "3.8"  # the wheel's cp38 tag
+    assert wheel_row("4.6") is None
 
 
 def test_main_prints_jetpack_5_prerequisites(capsys: pytest.CaptureFixture[str]) -> None:

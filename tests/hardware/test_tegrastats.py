@@ -231,3 +231,19 @@ def test_missing_binary_raises_file_not_found(
         TegrastatsReader()
     with pytest.raises(FileNotFoundError):
         TegrastatsReader(path=os.fspath(tmp_path / "missing"))
+
+
+def test_xavier_lines() -> None:
+    """AGX Xavier (JetPack 4: bare rail names, mW current/average) and Xavier NX (JetPack 5:
+    VDD_* rails with mW units), in the formats those boards print."""
+    agx, agx_busy, nx, nx_busy = fixture_lines("tegrastats_xavier.txt")
+    out = parse_line(agx_busy)
+    assert out["ram_used_mib"] == 9731.0 and out["ram_total_mib"] == 15825.0
+    assert out["gpu_util_pct"] == 97.0 and out["temp_gpu_c"] == 51.5
+    assert out["power_gpu_mw"] == 15218.0 and out["power_cpu_mw"] == 3207.0
+    assert out["power_total_mw"] == 15218 + 3207 + 3819 + 0 + 1452 + 4011  # no VDD_IN: sum
+    assert parse_line(agx)["cpu_util_pct"] == 0.75  # four cores on, four off
+    out = parse_line(nx_busy)
+    assert out["gpu_util_pct"] == 99.0 and out["swap_used_mib"] == 256.0
+    assert out["power_vdd_in_mw"] == 11262.0 and out["power_total_mw"] == 11262.0
+    assert parse_line(nx)["power_vdd_soc_mw"] == 1312.0

@@ -25,7 +25,14 @@ def image_shape(config: RunConfig) -> tuple[int, int]:
 
 def check(config: RunConfig, platform: Platform | None = None) -> list[str]:
     problems: list[str] = []
-    for rule in (_model_rules, _schedule_rules, _data_rules, _eval_rules, _output_rules):
+    for rule in (
+        _model_rules,
+        _schedule_rules,
+        _data_rules,
+        _eval_rules,
+        _output_rules,
+        _causal_lm_rules,
+    ):
         problems.extend(rule(config))
     if platform is not None:
         problems.extend(_device_rules(config, platform))
@@ -89,12 +96,24 @@ def _data_rules(c: RunConfig) -> list[str]:
 
 def _eval_rules(c: RunConfig) -> list[str]:
     e, k = c.evaluation, c.checkpoint
+    problems = []
     if e.eval_every_epochs is None and e.eval_steps is None and k.save_best:
-        return [
+        problems.append(
             "checkpoint.save_best = true needs validation: set evaluation.eval_every_epochs "
             "or evaluation.eval_steps, or set checkpoint.save_best=false"
-        ]
-    return []
+        )
+    metric = e.metric_for_best_model
+    if metric in ("perplexity", "per", "wer") and c.task.kind != "causal-lm":
+        problems.append(
+            f"evaluation.metric_for_best_model = {metric} is a causal-lm metric: "
+            f"use accuracy or loss for {c.task.kind}"
+        )
+    elif metric in ("per", "wer") and not c.task.eval_generation:
+        problems.append(
+            f"evaluation.metric_for_best_model = {metric} needs generated outputs: "
+            "set task.eval_generation=true"
+        )
+    return problems
 
 
 def _output_rules(c: RunConfig) -> list[str]:
@@ -107,6 +126,52 @@ def _output_rules(c: RunConfig) -> list[str]:
             "leading '.'); e.g. vit-cifar10"
         ]
     return []
+
+
+TEXT_SUFFIXES = (".json", ".jsonl", ".tsv")
+MODEL_NAME_HINT = "a plain folder name (no '/', '\\\\', '..' or leading '.'); e.g. jetson-tuned"
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name.strip()) and not (
+        ".." in name or "/" in name or "\\" in name or name.startswith(".")
+    )
+
+
+def _causal_lm_rules(c: RunConfig) -> list[str]:
+    out = []
+    lm = c.task.kind == "causal-lm"
+    if lm and c.model.arch != "hf":
+        out.append(f"model.arch = {c.model.arch!r}: task causal-lm needs model.arch = 'hf'; set it")
+    if lm and c.data.dataset != "text":
+        out.append(
+            f"data.dataset = {c.data.dataset!r}: task causal-lm reads text records; "
+            "set data.dataset=text and data.train_file"
+        )
+    if not lm and (c.model.arch == "hf" or c.data.dataset == "text" or c.lora.enabled):
+        out.append(
+            f"task.kind = {c.task.kind!r}: model.arch hf, data.dataset text and lora need "
+            "task.kind = 'causal-lm'; set it"
+        )
+    if lm and c.data.dataset == "text" and not c.data.train_file:
+        out.append("data.train_file is not set: task causal-lm needs a .json, .jsonl or .tsv file")
+    for field in ("train_file", "validation_file", "test_file"):
+        value = getattr(c.data, field)
+        if value and not value.lower().endswith(TEXT_SUFFIXES):
+            out.append(
+                f"data.{field} = {value!r}: unknown format; use a .json, .jsonl or .tsv file"
+            )
+    if "{prompt}" not in c.data.prompt_template:
+        out.append(
+            f"data.prompt_template = {c.data.prompt_template!r}: must contain {{prompt}}; "
+            "e.g. '{prompt}\\n'"
+        )
+    name = c.output.model_name
+    if name is not None and not _plain_name(name):
+        out.append(f"output.model_name = {name!r}: must be {MODEL_NAME_HINT}")
+    if c.lora.target_modules is not None and not c.lora.target_modules:
+        out.append("lora.target_modules = []: names no module; list some or remove it")
+    return out
 
 
 def _device_rules(c: RunConfig, platform: Platform) -> list[str]:

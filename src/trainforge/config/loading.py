@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
+from trainforge.config.guide_profile import from_guide_profile
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
 from trainforge.profiles import Profile, load_profile
@@ -100,7 +101,7 @@ def load(
 ) -> ResolvedConfig:
     """Resolve a run config. `flags` are guide flags (GUIDE_FLAGS keys) given on the CLI."""
     label = str(path) if path else "<defaults>"
-    file_data = read_config_file(path) if path else {}
+    file_data = from_guide_profile(read_config_file(path), label) if path else {}
     cli_layer: dict[str, Any] = {}
     cli_sources: dict[str, str] = {}
     for name, value in (flags or {}).items():

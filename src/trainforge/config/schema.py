@@ -24,17 +24,42 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    kind: Literal["image-classification"] = Field(
+    kind: Literal["image-classification", "causal-lm"] = Field(
         "image-classification",
-        description="What is trained: the task supplies model, batches, loss and metrics.",
+        description="What is trained: image-classification (ViT) or causal-lm (Hugging Face "
+        "language model fine-tuning); the task supplies model, batches, loss and metrics.",
     )
     label_smoothing: float = Field(
         0.1, ge=0.0, lt=1.0, description="Label smoothing α for cross-entropy (ViT guide: 0.1)."
     )
+    eval_generation: bool = Field(
+        False,
+        description="causal-lm: greedy-decode every validation prompt and report per (edit "
+        "distance over the target's space-separated units, e.g. phonemes) and wer (share of "
+        "outputs not exactly right).",
+    )
+    max_new_tokens: int = Field(
+        48, ge=1, description="causal-lm: tokens generated per prompt by eval_generation."
+    )
 
 
 class ModelConfig(Section):
-    arch: Literal["vit"] = Field("vit", description="Model family.")
+    arch: Literal["vit", "hf"] = Field(
+        "vit", description="Model family: vit, or hf (a Hugging Face causal LM folder)."
+    )
+    model_name_or_path: str | None = Field(
+        None,
+        description="hf: base model folder (save_pretrained layout), e.g. models/NAME; a bare "
+        "NAME means models/NAME. Read offline (local_files_only).",
+    )
+    init_arch: Literal["gpt2", "llama"] | None = Field(
+        None,
+        description="hf: when model_name_or_path does not exist, create it as a randomly "
+        "initialised model of this family with a tokenizer trained on data.train_file.",
+    )
+    init_size: Literal["tiny", "small"] = Field(
+        "tiny", description="hf: size preset for init_arch (see `trainforge models init`)."
+    )
     patch_size: int = Field(4, ge=1, description="Side of a square image patch, in pixels.")
     embedding_dim: int = Field(384, ge=8, description="Token width of the transformer.")
     num_layers: int = Field(12, ge=1, le=128, description="Number of transformer blocks.")
@@ -49,9 +74,33 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    dataset: Literal["cifar10", "digits", "image-folder"] = Field(
+    dataset: Literal["cifar10", "digits", "image-folder", "text"] = Field(
         "cifar10",
-        description="cifar10 (torchvision), digits (scikit-learn, offline) or image-folder.",
+        description="cifar10 (torchvision), digits (scikit-learn, offline), image-folder, or "
+        "text (JSON/JSONL prompt/response or chat messages, or TSV source<TAB>target).",
+    )
+    train_file: str | None = Field(
+        None, description="text: training records (.json, .jsonl or .tsv)."
+    )
+    validation_file: str | None = Field(
+        None, description="text: validation records (None: hold out val_fraction of train_file)."
+    )
+    test_file: str | None = Field(
+        None, description="text: test records, used by benchmarks and final reports only."
+    )
+    max_seq_length: int = Field(
+        512, ge=8, description="text: tokens per example; longer ones are truncated and counted."
+    )
+    packing: bool = Field(
+        False, description="text: concatenate examples into rows of max_seq_length tokens."
+    )
+    prompt_template: str = Field(
+        "{prompt}\n",
+        description="text: how a prompt (or TSV source) is written before the response when "
+        "no chat template is used; must contain {prompt}.",
+    )
+    use_chat_template: bool = Field(
+        True, description="text: render records with the tokenizer's chat template if it has one."
     )
     root: str = Field("data/cifar10", description="Folder holding the data set files.")
     download: bool = Field(True, description="cifar10: download into root when files are missing.")
@@ -158,11 +207,26 @@ class EvaluationConfig(Section):
     )
     eval_steps: int | None = Field(None, ge=1, description="Also validate every N optimizer steps.")
     per_device_eval_batch_size: int = Field(256, ge=1, description="Batch size for validation.")
-    metric_for_best_model: Literal["accuracy", "loss"] = Field(
-        "accuracy", description="Validation metric that decides the best checkpoint."
+    metric_for_best_model: Literal["accuracy", "loss", "perplexity", "per", "wer"] = Field(
+        "accuracy",
+        description="Validation metric that decides the best checkpoint (perplexity, per, "
+        "wer: causal-lm; per and wer need task.eval_generation).",
     )
     greater_is_better: bool | None = Field(
-        None, description="Direction of metric_for_best_model (None: accuracy up, loss down)."
+        None,
+        description="Direction of metric_for_best_model (None: accuracy up, every other "
+        "metric down).",
+    )
+    fast_eval_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Fast validation on a fixed subset every N optimizer steps (None: off).",
+    )
+    fast_eval_fraction: float = Field(
+        0.1, gt=0.0, le=1.0, description="Share of the validation set fast validation uses."
+    )
+    full_eval_on_fast_improvement: bool = Field(
+        True, description="Run full validation whenever fast validation improves."
     )
 
 
@@ -190,21 +254,46 @@ class LoggingConfig(Section):
     tensorboard: bool = Field(True, description="Write TensorBoard events to the run folder.")
     jsonl: bool = Field(True, description="Write metrics.jsonl to the run folder.")
     progress_bar: bool = Field(True, description="Show a progress bar on a terminal.")
+    histogram_steps: int | None = Field(
+        500, ge=1, description="Weight histograms to TensorBoard every N steps (None: off)."
+    )
+    mlflow: bool = Field(False, description="Log params and metrics to MLflow.")
+    mlflow_tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI (None: SQLite store RUN/mlflow.db)."
+    )
+    mlflow_experiment: str = Field("trainforge", description="MLflow experiment name.")
+    wandb: bool = Field(False, description="Log params and metrics to Weights & Biases.")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline needs no key (sync later with `wandb sync`); online needs "
+        "WANDB_API_KEY in the environment (never written to any file).",
+    )
+    wandb_project: str = Field("trainforge", description="W&B project name.")
 
 
 class OutputConfig(Section):
     dir: str = Field("runs", description="Parent folder of run folders.")
     run_name: str | None = Field(None, description="Run folder name (None: config file name).")
     overwrite: bool = Field(
-        False, description="Replace an existing run folder that has checkpoints."
+        False,
+        description="Replace an existing run folder that has checkpoints, and an existing "
+        "output model folder (models_dir/model_name).",
     )
+    model_name: str | None = Field(
+        None,
+        description="causal-lm: also write the final model to models_dir/model_name as a "
+        "Hugging Face folder (the --output-name flag).",
+    )
+    models_dir: str = Field("models", description="Folder of Hugging Face model folders.")
 
 
 class HardwareConfig(Section):
     memory_budget_gib: float | None = Field(
         None, gt=0.0, description="Device memory the run may use, in GiB (profile guidance)."
     )
-    telemetry: bool = Field(False, description="Sample power/thermal/memory telemetry.")
+    telemetry: bool = Field(
+        True, description="Sample CPU/RAM, GPU (NVML) or Jetson (tegrastats) telemetry."
+    )
     telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
     launcher: Literal["local", "torchrun", "slurm"] = Field(
         "local", description="How the job is started: one process, torchrun, or Slurm."
@@ -215,9 +304,33 @@ class HardwareConfig(Section):
     swap_directory: str | None = Field(
         None, description="Folder for temporary state (created on demand)."
     )
+    peak_tflops: float | None = Field(
+        None,
+        gt=0.0,
+        description="Device peak TFLOPS for MFU (None: from the built-in table by GPU name).",
+    )
     slurm_requeue: bool = Field(
         True,
         description="Under Slurm, SIGUSR1 checkpoints and requeues the job (scontrol requeue).",
+    )
+
+
+class LoraConfig(Section):
+    """LoRA adapters through peft (names as in peft.LoraConfig)."""
+
+    enabled: bool = Field(False, description="causal-lm: train LoRA adapters, base frozen.")
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    lora_alpha: float = Field(16.0, gt=0.0, description="LoRA scaling α (update × α / r).")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: list[str] | None = Field(
+        None,
+        description="Module names to adapt, e.g. [q_proj, v_proj] (None: peft's default for "
+        "the architecture).",
+    )
+    merge_adapter: bool = Field(
+        False,
+        description="Merge the adapter into the base weights for the output model "
+        "(merge_and_unload); otherwise the output is the adapter folder.",
     )
 
 
@@ -238,3 +351,4 @@ class RunConfig(Section):
     logging: LoggingConfig = LoggingConfig()
     output: OutputConfig = OutputConfig()
     hardware: HardwareConfig = HardwareConfig()
+    lora: LoraConfig = LoraConfig()

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.memory import passthrough_collate
-from trainforge.data.sampling import EpochShuffleSampler
+from trainforge.data.sampling import EpochShuffleSampler, StridedSampler
 from trainforge.errors import UserError
 
 
@@ -46,8 +46,15 @@ def make_loader(
         # Pinning without CUDA only costs a copy (and warns); it helps only host->GPU transfers.
         "pin_memory": bool(cfg.pin_memory) and torch.cuda.is_available(),
     }
+    from trainforge.parallel import context
+
+    dist = context()  # under torch.distributed each rank reads its own shard
     if train:
-        options["sampler"] = EpochShuffleSampler(len(dataset), seed)
+        options["sampler"] = EpochShuffleSampler(
+            len(dataset), seed, rank=dist.rank, world_size=dist.world_size
+        )
+    elif dist.enabled:
+        options["sampler"] = StridedSampler(len(dataset), dist.rank, dist.world_size)
     # The loader draws worker base seeds from this generator; without one it would draw from
     # torch's global RNG and shift the augmentation randomness by one draw per epoch.
     options["generator"] = torch.Generator().manual_seed(int(seed))

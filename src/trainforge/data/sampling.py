@@ -29,20 +29,51 @@ def epoch_permutation(num_items: int, seed: int, epoch: int) -> list[int]:
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """Shuffles 0..num_items-1 anew each epoch; each `iter()` starts the next epoch."""
+    """Shuffles 0..num_items-1 anew each epoch; each `iter()` starts the next epoch.
 
-    def __init__(self, num_items: int, seed: int) -> None:
-        self.num_items = int(num_items)
+    Under torch.distributed each rank takes every `world_size`-th index of the epoch's order
+    (starting at its rank), after padding the order by wrapping so every rank gets the same
+    number of samples (and DDP the same number of steps). Rank r's k-th batch and the other
+    ranks' k-th batches then hold exactly the samples of a single process's k-th batch of
+    `world_size` times the size, whenever the data set divides evenly.
+    """
+
+    def __init__(self, num_items: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.total = int(num_items)
         self.seed = int(seed)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.num_items = -(-self.total // self.world_size)  # this rank's share, rounded up
         self.next_epoch = 0
 
     def __len__(self) -> int:
         return self.num_items
 
+    def order(self, epoch: int) -> list[int]:
+        full = epoch_permutation(self.total, self.seed, epoch)
+        if self.world_size == 1:
+            return full
+        padded = full + full[: self.num_items * self.world_size - self.total]
+        return padded[self.rank :: self.world_size]
+
     def __iter__(self) -> Iterator[int]:
         iterator = _EpochIterator(self, self.next_epoch)
         self.next_epoch += 1
         return iterator
+
+
+class StridedSampler(Sampler[int]):
+    """Validation under torch.distributed: rank r reads indices r, r + W, ... (no padding:
+    metrics are summed over ranks, so every sample counts exactly once)."""
+
+    def __init__(self, num_items: int, rank: int, world_size: int) -> None:
+        self.indices = list(range(rank, int(num_items), world_size))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
 
 
 class _EpochIterator(Iterator[int]):
@@ -62,7 +93,7 @@ class _EpochIterator(Iterator[int]):
         if self.num_yielded >= self.sampler.num_items:
             raise StopIteration
         if self._order is None:
-            self._order = epoch_permutation(self.sampler.num_items, self.sampler.seed, self.epoch)
+            self._order = self.sampler.order(self.epoch)
         index = self._order[self.num_yielded]
         self.num_yielded += 1
         return index

@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Any
 
+from trainforge import parallel
+
 if TYPE_CHECKING:
     from trainforge.engine.trainer import Trainer
 
@@ -22,19 +24,35 @@ class Callback:
     def on_batch_end(self, trainer: Trainer) -> None: ...
     def on_epoch_end(self, trainer: Trainer) -> None: ...
     def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
+    def on_fast_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
     def on_save(self, trainer: Trainer, path: Any) -> None: ...
     def on_fit_end(self, trainer: Trainer) -> None: ...
 
 
 class EvalCadence(Callback):
-    """Validate every `eval_steps` steps and every `eval_every_epochs` epochs."""
+    """Full validation every `eval_steps` steps and every `eval_every_epochs` epochs; fast
+    validation on a fixed subset every `fast_steps` steps, followed by a full validation
+    when it improves (`full_on_improvement`)."""
 
-    def __init__(self, every_steps: int | None, every_epochs: int | None) -> None:
+    def __init__(
+        self,
+        every_steps: int | None,
+        every_epochs: int | None,
+        fast_steps: int | None = None,
+        full_on_improvement: bool = True,
+    ) -> None:
         self.every_steps = every_steps
         self.every_epochs = every_epochs
+        self.fast_steps = fast_steps
+        self.full_on_improvement = full_on_improvement
 
     def on_step_end(self, trainer: Trainer) -> None:
-        if self.every_steps and trainer.state.global_step % self.every_steps == 0:
+        step = trainer.state.global_step
+        full_due = bool(self.every_steps and step % self.every_steps == 0)
+        if self.fast_steps and step % self.fast_steps == 0 and not full_due:
+            _, improved = trainer.evaluate_fast()
+            full_due = improved and self.full_on_improvement
+        if full_due:
             trainer.evaluate()
 
     def on_epoch_end(self, trainer: Trainer) -> None:
@@ -76,7 +94,7 @@ class TimeLimit(Callback):
     def _check(self, trainer: Trainer) -> None:
         if self.limit_s is None or trainer.should_stop:
             return
-        if trainer.elapsed_s() >= self.limit_s:
+        if parallel.agree_any(trainer.elapsed_s() >= self.limit_s):
             if self.save:
                 trainer.save_checkpoint("checkpoint_time_limit")
             trainer.stop(f"time limit of {self.limit_s / 3600:g} h reached")
@@ -116,12 +134,25 @@ class GracefulStop(Callback):
                 except ValueError:  # not the main thread (e.g. embedded use)
                     return
 
+    def _stop(self, trainer: Trainer) -> None:
+        trainer.save_checkpoint("checkpoint_interrupted", wait=True)
+        trainer.stop(f"{self.received} received")
+        trainer.interrupted = True
+        trainer.stop_signal = self.received
+
     def on_batch_end(self, trainer: Trainer) -> None:
+        if trainer.dist.enabled:
+            return  # ranks agree at optimizer-step boundaries instead (on_step_end)
         if self.received and not trainer.should_stop:
-            trainer.save_checkpoint("checkpoint_interrupted", wait=True)
-            trainer.stop(f"{self.received} received")
-            trainer.interrupted = True
-            trainer.stop_signal = self.received
+            self._stop(trainer)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if not trainer.dist.enabled or trainer.should_stop:
+            return
+        # A signal may reach the ranks at different moments: all stop at the same step.
+        if parallel.agree_any(self.received is not None):
+            self.received = self.received or "SIGTERM"
+            self._stop(trainer)
 
     def on_fit_end(self, trainer: Trainer) -> None:
         for sig, previous in self._previous.items():

@@ -146,36 +146,85 @@ def _requeue_slurm_job() -> None:
 
 
 def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None) -> RunSummary:
+    """Train one run. Under torchrun (or srun with several tasks) every process calls this;
+    rank 0 alone prints, logs and writes files, the others train their shard silently."""
+    import contextlib
+
     import torch
 
+    from trainforge import parallel
+    from trainforge.hardware import resolve_device
+
+    device = torch.device(resolve_device(resolved.config.training.device, platform))
+    dist = parallel.setup(resolved.config.hardware.distributed_backend, device.type)
+    if not dist.enabled:
+        return _train(resolved, platform, device, resume_from)
+    if device.type == "cuda":
+        device = torch.device("cuda", dist.local_rank)
+    quiet = open(os.devnull, "w") if not dist.is_main else None  # noqa: SIM115
+    try:
+        with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
+            return _train(resolved, platform, device, resume_from)
+    except (RuntimeError, torch.distributed.DistError) as err:
+        if not dist.is_main:
+            raise SystemExit(2) from None  # rank 0 (or the failing rank) says what happened
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"rank {dist.rank}: the distributed job failed ({first[:200]})",
+            "another rank stopped or lost contact; fix its error above, then rerun with "
+            "--resume auto",
+        ) from None
+    finally:
+        if quiet:
+            quiet.close()
+        parallel.teardown()
+
+
+def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) -> RunSummary:
+    import torch
+
+    from trainforge import parallel
     from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, GracefulStop, TimeLimit
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
-    from trainforge.hardware import resolve_device
     from trainforge.observe import MetricsCallback, ProgressDisplay, build_loggers
+    from trainforge.observe.loggers import flatten
     from trainforge.tasks import build_task
 
     config = resolved.config
     t = config.training
     run_dir = run_dir_for(resolved)
-    start_from = _resume_point(run_dir, resume_from, config.output.overwrite)
-    device = torch.device(resolve_device(t.device, platform))
+    dist = parallel.context()
+    main = dist.is_main
+    if main:
+        start_from = _resume_point(run_dir, resume_from, config.output.overwrite)
+    parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
+    if not main:
+        start_from = _resume_point(run_dir, resume_from, True)
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(t.seed)
     task = build_task(config)  # may raise UserError (missing data): nothing written yet
 
-    if start_from is None and config.output.overwrite and run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     text = config_yaml(config)
-    (run_dir / "config.resolved.yaml").write_text(text, encoding="utf-8")
-    if config.hardware.swap_directory:
-        Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
+    if main:
+        if start_from is None and config.output.overwrite and run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.resolved.yaml").write_text(text, encoding="utf-8")
+        if config.hardware.swap_directory:
+            Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
+    parallel.barrier()
 
-    progress = ProgressDisplay(enabled=config.logging.progress_bar)
+    progress = ProgressDisplay(enabled=config.logging.progress_bar and main)
+    e = config.evaluation
     callbacks = [
-        EvalCadence(config.evaluation.eval_steps, config.evaluation.eval_every_epochs),
+        EvalCadence(
+            e.eval_steps,
+            e.eval_every_epochs,
+            e.fast_eval_steps,
+            e.full_eval_on_fast_improvement,
+        ),
         CheckpointCadence(
             config.checkpoint.save_steps,
             config.checkpoint.save_every_epochs,
@@ -184,9 +233,12 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         TimeLimit(t.max_training_hours, config.checkpoint.save_on_time_limit),
         GracefulStop(),
         MetricsCallback(
-            build_loggers(config.logging, run_dir),
+            build_loggers(config.logging, run_dir, run_dir.name) if main else [],
             config.logging.logging_steps,
             listeners=[progress],
+            params=flatten(config.model_dump(mode="json")),
+            telemetry=_telemetry(config, platform) if main else None,
+            histogram_steps=config.logging.histogram_steps if config.logging.tensorboard else None,
         ),
         progress,
     ]
@@ -198,6 +250,7 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         callbacks=callbacks,
         config_yaml=text,
         config_hash=config_hash(config),
+        peak_tflops=_peak_tflops(config, platform, device),
     )
     _print_start(resolved, platform, trainer, run_dir)
     if start_from is not None:
@@ -207,6 +260,13 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
             print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
         print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
     result = trainer.fit()
+    confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
+    if not main:
+        return RunSummary(
+            run_dir, result.final_metrics, result.state.best_metric, result.stop_reason,
+            result.interrupted, result.state.global_step, result.state.train_time_s,
+            trainer.stop_signal, trainer.last_checkpoint,
+        )  # fmt: skip
     if config.checkpoint.save_final_model and not result.interrupted:
         _save_final_model(trainer, run_dir)
     summary = RunSummary(
@@ -220,12 +280,35 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         signal=trainer.stop_signal,
         checkpoint=trainer.last_checkpoint,
     )
+    metrics_cb = next(c for c in callbacks if isinstance(c, MetricsCallback))
+    extra = {
+        "platform": platform.kind,
+        "device": str(device),
+        "device_name": _device_name(platform, device),
+        "profile": resolved.profile.name,
+        "config_hash": trainer.config_hash,
+        "precision": trainer.precision.name,
+        "samples_per_s": metrics_cb.last_train.get("samples_per_s"),
+        "flops_per_sample": trainer.flops_per_sample or None,
+        "mfu": metrics_cb.last_train.get("mfu"),
+        "nonfinite_steps": result.state.nonfinite_steps,
+        "telemetry": metrics_cb.telemetry.summary() if metrics_cb.telemetry else None,
+    }
+    extra["world_size"] = dist.world_size
+    if confusion is not None:
+        (run_dir / "eval").mkdir(exist_ok=True)
+        (run_dir / "eval" / "confusion.json").write_text(json.dumps(confusion), encoding="utf-8")
     (run_dir / "summary.json").write_text(
         json.dumps(
-            {k: str(v) if isinstance(v, Path) else v for k, v in vars(summary).items()}, indent=2
+            {
+                **{k: str(v) if isinstance(v, Path) else v for k, v in vars(summary).items()},
+                **extra,
+            },
+            indent=2,
         ),
         encoding="utf-8",
     )
+    _write_report(run_dir)
     if result.interrupted:
         where = resolved.path or "CONFIG"
         print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
@@ -241,6 +324,67 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
             "--resume auto",
         )
     return summary
+
+
+def _telemetry(config: RunConfig, platform):
+    if not config.hardware.telemetry:
+        return None
+    from trainforge.hardware.telemetry import TelemetrySampler, available_sources
+
+    sources, notes = available_sources(platform)
+    for note in notes:
+        print(note)
+    if not sources:
+        return None
+    return TelemetrySampler(sources, config.hardware.telemetry_interval_s)
+
+
+def _device_name(platform, device) -> str | None:
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return platform.gpus[0].name if platform.gpus else None
+
+
+def _peak_tflops(config: RunConfig, platform, device) -> float | None:
+    if config.hardware.peak_tflops:
+        return config.hardware.peak_tflops
+    if device.type != "cuda":
+        return None  # CPU peaks vary too much to tabulate; set hardware.peak_tflops
+    from trainforge.engine.precision import resolve_precision
+    from trainforge.hardware.peaks import peak_tflops
+
+    precision = resolve_precision(config.training.precision, device)
+    return peak_tflops(_device_name(platform, device), precision)
+
+
+def _confusion(trainer) -> dict | None:
+    """Classification: the validation confusion matrix (rows true, columns predicted),
+    summed over ranks."""
+    confusion = getattr(trainer.task, "confusion_matrix", None)
+    if confusion is None:
+        return None
+    import torch
+
+    from trainforge import parallel
+
+    matrix, names = confusion(trainer.model, trainer.device)
+    counts = parallel.all_reduce_sum(torch.tensor(matrix, dtype=torch.long, device=trainer.device))
+    return {"class_names": names, "matrix": counts.tolist()}
+
+
+def _write_report(run_dir: Path) -> None:
+    try:
+        from trainforge.observe.report import build_report
+    except ImportError:
+        return
+    try:
+        path = build_report(run_dir)
+    except Exception as err:  # a report problem must not fail a finished run
+        print(f"report not written: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        return
+    print(f"report: {path}")
 
 
 def ckpt_latest(run_dir: Path) -> Path | None:
@@ -273,7 +417,8 @@ def _save_final_model(trainer, run_dir: Path) -> None:
 def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> None:
     c = resolved.config
     t = c.training
-    global_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    world = trainer.dist.world_size
+    global_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
     print(
         f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
         f"({resolved.profile_reason})"
@@ -285,7 +430,10 @@ def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> 
     )
     print(
         f"device: {trainer.device}   precision: {trainer.precision.name}   batch: "
-        f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation = "
-        f"{global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
+        f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation"
+        + (f" x {world} processes" if world > 1 else "")
+        + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
     )
+    if world > 1:
+        print(f"distributed: {world} processes, backend {trainer.dist.backend}, DDP")
     print(f"run folder: {run_dir}")

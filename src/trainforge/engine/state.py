@@ -22,6 +22,7 @@ class TrainerState:
     best_epoch: int | None = None
     nonfinite_steps: int = 0  # optimizer steps skipped for a NaN/Inf loss or gradient
     consecutive_nonfinite: int = 0
+    flops_per_sample: float | None = None  # counted on the run's first micro-batch (MFU)
     improved: bool = False
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,3 +47,8 @@ class Task(Protocol):
 
     def metrics(self, loss_sum: float, weight: int, sums: dict[str, float]) -> dict[str, float]:
         """Final metrics from accumulated sums, e.g. {"loss": ..., "accuracy": ...}."""
+
+    # Optional hooks, looked up with getattr by the run:
+    #   save_final(run_dir, *, model, metrics, config_hash, global_step) -> writes the task's
+    #       own final artifact (e.g. a Hugging Face folder) instead of model.safetensors;
+    #   confusion_matrix(model, device) -> (matrix, class_names) for the run report.

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainforge import parallel
 from trainforge.config.schema import RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import Callback
@@ -37,6 +38,48 @@ class FitResult:
     final_metrics: dict[str, float]
     stop_reason: str
     interrupted: bool
+
+
+def _to_bytes(obj: Any) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _from_bytes(data: bytes) -> Any:
+    import io
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+class _NoCount:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_COUNT = _NoCount()
+
+
+def fixed_subset_loader(loader: Any, fraction: float) -> Any:
+    """A loader over an evenly spaced `fraction` of `loader`'s data set, in a fixed order."""
+    from torch.utils.data import DataLoader, Subset
+
+    dataset = loader.dataset
+    total = len(dataset)
+    count = max(1, round(total * fraction))
+    indices = torch.linspace(0, total - 1, count).round().long().unique().tolist()
+    return DataLoader(
+        Subset(dataset, indices),
+        batch_size=loader.batch_size,
+        shuffle=False,
+        collate_fn=loader.collate_fn,
+        num_workers=0,
+    )
 
 
 class StepSums:
@@ -104,6 +147,7 @@ class Window:
         self.skipped = 0
         self.sums: dict[str, torch.Tensor] = {}
         self.data_s = 0.0
+        self.paused_s = 0.0  # evaluation and checkpoint copies: not training time
         self.started = time.perf_counter()
 
     def fold(self, step: StepSums) -> None:
@@ -127,6 +171,7 @@ class Trainer:
         config_yaml: str = "",
         config_hash: str = "",
         sync: Callable[[], None] | None = None,
+        peak_tflops: float | None = None,
     ) -> None:
         self.task = task
         self.config = config
@@ -139,9 +184,19 @@ class Trainer:
         t = config.training
         self.accumulation = t.gradient_accumulation_steps
         self.model: nn.Module = task.model.to(device)
-        if t.gradient_checkpointing and hasattr(self.model, "set_gradient_checkpointing"):
-            self.model.set_gradient_checkpointing(True)
-        self.forward_model: nn.Module = torch.compile(self.model) if t.compile else self.model
+        if t.gradient_checkpointing:
+            if hasattr(self.model, "set_gradient_checkpointing"):
+                self.model.set_gradient_checkpointing(True)
+            elif hasattr(self.model, "gradient_checkpointing_enable"):  # Hugging Face models
+                self.model.gradient_checkpointing_enable()
+        self.dist = parallel.context()
+        wrapped: nn.Module = self.model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [device.index] if device.type == "cuda" else None
+            wrapped = DistributedDataParallel(self.model, device_ids=ids)
+        self.forward_model: nn.Module = torch.compile(wrapped) if t.compile else wrapped
         self.precision = Precision.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = self._build_optimizer()
@@ -167,6 +222,13 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stop_signal: str | None = None
         self.diverged = False
+        # MFU: the device peak; the model FLOPs of one training sample (forward + backward)
+        # are counted with torch.utils.flop_counter on the run's first micro-batch and kept
+        # in the trainer state, so a resumed run never counts (counting can change kernel
+        # choices, and resume must replay exactly what the uninterrupted run computed).
+        self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
+        self._fast_val_loader: Any = None
+        self.best_fast: float | None = None
         self.last_val: dict[str, float] = {}
         self.should_stop = False
         self.stop_reason = "finished"
@@ -231,6 +293,7 @@ class Trainer:
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
         self.writer.wait()  # every checkpoint is on disk before fit returns
+        parallel.barrier()
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
         self.emit("on_fit_end")
@@ -259,13 +322,23 @@ class Trainer:
                 return True
             batch = self.task.to_device(raw, self.device, True)
             self.window.data_s += time.perf_counter() - fetch_start
-            with self.precision.autocast():
-                out = self.task.step(self.forward_model, batch)
-            weighted = out.loss.float() * out.weight
-            if self.precision.scaler is not None:
-                self.precision.scaler.scale(weighted).backward()
-            else:
-                weighted.backward()
+            counter = self._flop_counter()
+            closes = (
+                self.step_sums.micro + 1 >= self.accumulation
+                or self.state.batch_in_epoch + 1 >= num_batches
+            )
+            with counter, self._no_sync(not closes):
+                counting = counter is not _NO_COUNT and not self.dist.enabled
+                model = self.model if counting else self.forward_model
+                with self.precision.autocast():
+                    out = self.task.step(model, batch)
+                weighted = out.loss.float() * out.weight
+                if self.precision.scaler is not None:
+                    self.precision.scaler.scale(weighted).backward()
+                else:
+                    weighted.backward()
+            if counter is not _NO_COUNT:
+                self.flops_per_sample = counter.get_total_flops() / self.task.batch_size(raw)
             self.step_sums.add(weighted, out, self.task.batch_size(raw))
             self.state.samples_seen += self.task.batch_size(raw)
             self.state.batch_in_epoch += 1
@@ -279,6 +352,31 @@ class Trainer:
             if self.should_stop or self.state.global_step >= self.total_steps:
                 return False
 
+    def _no_sync(self, skip_reduce: bool) -> Any:
+        """DDP: reduce gradients once per optimizer step, not once per micro-batch."""
+        if skip_reduce and self.dist.enabled:
+            ddp = self.forward_model
+            ddp = getattr(ddp, "_orig_mod", ddp)  # under torch.compile
+            return ddp.no_sync()
+        return _NO_COUNT
+
+    @property
+    def flops_per_sample(self) -> float | None:
+        return self.state.flops_per_sample
+
+    @flops_per_sample.setter
+    def flops_per_sample(self, value: float | None) -> None:
+        self.state.flops_per_sample = value
+
+    def _flop_counter(self) -> Any:
+        s = self.state
+        if s.flops_per_sample is not None or s.global_step or s.batch_in_epoch or s.epoch:
+            return _NO_COUNT
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.flops_per_sample = 0.0  # counted once, even if counting fails below
+        return FlopCounterMode(display=False)
+
     def _optimizer_step(self) -> bool:
         """Apply the window's update; False when it was skipped for a non-finite value."""
         sums = self.step_sums
@@ -286,15 +384,25 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.params if p.grad is not None]
-        if grads:
-            torch._foreach_mul_(grads, 1.0 / sums.weight)
+        loss_sum = torch.as_tensor(sums.loss_sum, dtype=torch.float32, device=self.device)
+        if self.dist.enabled:
+            # DDP averaged the summed gradients over ranks; weight by the global item count.
+            totals = torch.stack([loss_sum.reshape(()), loss_sum.new_tensor(float(sums.weight))])
+            parallel.all_reduce_sum(totals)
+            loss_sum, weight = totals[0], totals[1]
+            if grads:
+                torch._foreach_mul_(grads, self.dist.world_size / weight)
+        else:
+            weight = max(1, sums.weight)
+            if grads:
+                torch._foreach_mul_(grads, 1.0 / weight)
         t = self.config.training
         norm = None
         if t.max_grad_norm is not None:
             norm = nn.utils.clip_grad_norm_(self.params, t.max_grad_norm, foreach=True)
         elif t.skip_nonfinite_steps and grads and scaler is None:
             norm = nn.utils.get_total_norm(grads, foreach=True)
-        step_loss = torch.as_tensor(sums.loss_sum) / max(1, sums.weight)
+        step_loss = loss_sum / weight
         finite = True
         if t.skip_nonfinite_steps:
             # One scalar read per step. Under fp16 the grad scaler already skips steps with
@@ -341,23 +449,36 @@ class Trainer:
         """Synchronise once, turn the window's sums into metrics, start a new window."""
         self.sync()
         w = self.window
-        wall_s = max(time.perf_counter() - w.started, 1e-9)
+        wall_s = max(time.perf_counter() - w.started - w.paused_s, 1e-9)
         if w.weight == 0:
             w.reset()
             return {}
+        loss_sum, weight, samples, data_s = float(w.loss_sum), w.weight, w.samples, w.data_s
         sums = {k: float(v) for k, v in w.sums.items()}
-        metrics = self.task.metrics(float(w.loss_sum), w.weight, sums)
+        if self.dist.enabled:  # metrics over all ranks; time shares averaged
+            keys = sorted(sums)
+            values = [loss_sum, weight, samples, data_s, *(sums[k] for k in keys)]
+            totals = parallel.all_reduce_sum(torch.tensor(values, dtype=torch.float64)).tolist()
+            loss_sum, weight, samples = totals[0], int(totals[1]), int(totals[2])
+            data_s = totals[3] / self.dist.world_size
+            sums = dict(zip(keys, totals[4:], strict=True))
+        metrics = self.task.metrics(loss_sum, weight, sums)
         metrics.update(
             {
                 "lr": self.current_lr(),
-                "samples_per_s": w.samples / wall_s,
+                "samples_per_s": samples / wall_s,
                 "step_time_s": wall_s / max(1, w.steps),
-                "data_wait_share": min(1.0, w.data_s / wall_s),
-                "compute_time_s": max(0.0, wall_s - w.data_s) / max(1, w.steps),
+                "data_wait_share": min(1.0, data_s / wall_s),
+                "compute_time_s": max(0.0, wall_s - data_s) / max(1, w.steps),
             }
         )
         if self.task.items_name == "tokens":
-            metrics["tokens_per_s"] = w.weight / wall_s
+            metrics["tokens_per_s"] = weight / wall_s
+        if self.flops_per_sample:
+            achieved = self.flops_per_sample * samples / wall_s
+            metrics["model_tflops"] = achieved / 1e12
+            if self.peak_flops:
+                metrics["mfu"] = achieved / self.peak_flops
         if self.last_grad_norm is not None:
             metrics["grad_norm"] = float(self.last_grad_norm)
         if w.skipped:
@@ -367,10 +488,11 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def _run_eval(self, loader: Any) -> dict[str, float]:
+        started = time.perf_counter()
         self.model.eval()
         loss_sum, weight, sums = 0.0, 0, {}
-        for raw in self.task.val_loader:
+        for raw in loader:
             batch = self.task.to_device(raw, self.device, False)
             with self.precision.autocast():
                 out = self.task.step(self.forward_model, batch)
@@ -379,18 +501,55 @@ class Trainer:
             for key, value in out.sums.items():
                 sums[key] = sums.get(key, 0) + value
         self.model.train()
-        metrics = self.task.metrics(float(loss_sum), weight, {k: float(v) for k, v in sums.items()})
+        loss_sum, sums = float(loss_sum), {k: float(v) for k, v in sums.items()}
+        if self.dist.enabled:  # each rank validated its own shard
+            keys = sorted(sums)
+            values = [loss_sum, weight, *(sums[k] for k in keys)]
+            totals = parallel.all_reduce_sum(torch.tensor(values, dtype=torch.float64)).tolist()
+            loss_sum, weight = totals[0], int(totals[1])
+            sums = dict(zip(keys, totals[2:], strict=True))
+        metrics = self.task.metrics(loss_sum, weight, sums)
+        self.window.paused_s += time.perf_counter() - started
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Full validation; tracks the best metric and emits `on_eval_end`."""
+        metrics = self._run_eval(self.task.val_loader)
         self._track_best(metrics)
         self.last_val = metrics
         self.emit("on_eval_end", metrics)
         return metrics
 
+    def evaluate_fast(self) -> tuple[dict[str, float], bool]:
+        """Validation on a fixed subset (the same samples every time); (metrics, improved).
+
+        Emits `on_fast_eval_end`; the best checkpoint is decided by full validation only.
+        """
+        if self._fast_val_loader is None:
+            self._fast_val_loader = fixed_subset_loader(
+                self.task.val_loader, self.config.evaluation.fast_eval_fraction
+            )
+        metrics = self._run_eval(self._fast_val_loader)
+        key = self.config.evaluation.metric_for_best_model
+        greater = self._greater_is_better()
+        value = metrics[key]
+        best = self.best_fast
+        improved = best is None or (value > best if greater else value < best)
+        if improved:
+            self.best_fast = value
+        self.emit("on_fast_eval_end", metrics)
+        return metrics, improved
+
+    def _greater_is_better(self) -> bool:
+        e = self.config.evaluation
+        if e.greater_is_better is not None:
+            return e.greater_is_better
+        return e.metric_for_best_model == "accuracy"
+
     def _track_best(self, metrics: dict[str, float]) -> None:
         e = self.config.evaluation
         value = metrics[e.metric_for_best_model]
-        greater = e.greater_is_better
-        if greater is None:
-            greater = e.metric_for_best_model != "loss"
+        greater = self._greater_is_better()
         best = self.state.best_metric
         improved = best is None or (value > best if greater else value < best)
         self.state.improved = improved
@@ -405,11 +564,23 @@ class Trainer:
         thread unless `checkpoint.async_save` is off or `wait`). The loop stalls only for
         the copy. Weights holding NaN or Inf are never written: the write is dropped with
         one line and the previous checkpoints stay the newest."""
+        paused_from = time.perf_counter()
         self.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
         scheduler = self.scheduler.state_dict()
         scheduler.pop("lr_lambdas", None)  # the schedule's shape comes from the config
+        root = self.run_dir / "checkpoints"
+        folder = root / name
+        if self.dist.enabled:
+            # Rank 0 writes; every rank's own loader position and RNG go in with it.
+            own = {"train_loader": self.task.train_loader.state_dict(), "rng": capture_rng()}
+            per_rank = [_from_bytes(b) for b in parallel.gather_objects(_to_bytes(own))]
+            if not self.dist.is_main:
+                self.last_checkpoint = folder
+                if wait:
+                    parallel.barrier()
+                return folder
         model_state, state = self._snapshot.copy(
             (
                 self.model.state_dict(),
@@ -421,6 +592,8 @@ class Trainer:
                     "trainer": self.state.state_dict(),
                     "accumulation": self.step_sums.state_dict(self.params),
                     "rng": capture_rng(),
+                    "world_size": self.dist.world_size,
+                    "per_rank": per_rank if self.dist.enabled else None,
                 },
             )
         )
@@ -438,8 +611,6 @@ class Trainer:
             "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
             "versions": ckpt.library_versions(),
         }
-        root = self.run_dir / "checkpoints"
-        folder = root / name
         keep = self.config.checkpoint.save_total_limit
         config_yaml = self.config_yaml
 
@@ -456,6 +627,8 @@ class Trainer:
         self.writer.submit(write)
         if wait:
             self.writer.wait()
+            parallel.barrier()
+        self.window.paused_s += time.perf_counter() - paused_from
         self.last_checkpoint = folder
         self.emit("on_save", folder)
         return folder
@@ -470,11 +643,20 @@ class Trainer:
         self.scheduler.load_state_dict(scheduler)
         if self.precision.scaler is not None and state.get("scaler"):
             self.precision.scaler.load_state_dict(state["scaler"])
-        self.task.train_loader.load_state_dict(state["train_loader"])
+        saved_world = int(state.get("world_size") or 1)
+        if saved_world != self.dist.world_size:
+            raise UserError(
+                f"checkpoint {folder} was written by {saved_world} process(es), this run has "
+                f"{self.dist.world_size}",
+                f"resume with {saved_world} process(es) (torchrun --nproc-per-node), or start "
+                "a new run from its weights",
+            )
+        own = state["per_rank"][self.dist.rank] if state.get("per_rank") else state
+        self.task.train_loader.load_state_dict(own["train_loader"])
         self.state.load_state_dict(state["trainer"])
         self.state.improved = False
         self.step_sums.load_state_dict(state.get("accumulation"), self.params, self.device)
-        restore_rng(state["rng"])
+        restore_rng(own["rng"])
         return meta
 
     def _check_shapes(self, saved: dict[str, torch.Tensor], folder: Path) -> None:

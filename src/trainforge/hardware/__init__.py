@@ -15,7 +15,9 @@ and `detect` commands have to stay fast. Everything read goes through a `Probe`,
 replay recorded machines (`load_fixture`) instead of needing the hardware.
 
 Modules: `platform` (dataclasses), `detect` (detection, fixtures), `jetson` (L4T/JetPack),
-`slurm` (SLURM_* parsing), `nvml` (GPU query), `select` (profile and device choice).
+`slurm` (SLURM_* parsing), `nvml` (GPU query), `select` (profile and device choice),
+`jetson_wheels` (PyTorch wheels per JetPack), `doctor` / `doctor_checks` / `doctor_facts`
+(`trainforge doctor`).
 """
 
 from trainforge.hardware.detect import detect, load_fixture

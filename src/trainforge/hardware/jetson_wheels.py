@@ -7,8 +7,8 @@ on a Jetson gets a CPU-only (or no) wheel. This module owns:
   (parsing and the L4T -> JetPack table are reused from `jetson.py`);
 - `WHEEL_TABLE`, the single place that maps JetPack releases to pip commands for torch,
   torchvision and torchaudio;
-- `recommend()` and the `main()` command behind `scripts/jetson_torch_install.py` (and the
-  planned `trainforge jetson-wheel`).
+- `recommend()` and the `main()` command behind `scripts/jetson_torch_install.py` (and
+  `trainforge jetson-wheel`); `wheel_row()` for `trainforge doctor`'s JetPack/PyTorch check.
 
 It runs on a fresh Jetson before any virtual environment exists, so it imports only the
 standard library and `trainforge.hardware` (which itself imports no third-party package at
@@ -58,6 +58,10 @@ class WheelRow:
     commands: tuple[str, ...]
     notes: tuple[str, ...]
     source: str
+    # The CUDA release the JetPack ships (what `torch.version.cuda` must say), and the
+    # Python the wheel is built for where the command pins one (None: the index serves it).
+    cuda: str
+    python: str | None = None
 
 
 def _jetson_ai_lab(cuda: str) -> tuple[str, ...]:
@@ -94,6 +98,8 @@ WHEEL_TABLE: tuple[WheelRow, ...] = (
             "older 5.1 builds: " + REDIST_INDEX + "v51/pytorch/ and v511/pytorch/",
         ),
         source=f"NVIDIA 'Installing PyTorch for Jetson Platform'; {REDIST_INDEX}v512/pytorch/",
+        cuda="11.4",
+        python="3.8",  # the wheel's cp38 tag
     ),
     # JetPack 6.0 (L4T R36.3; the 6.0 DP, R36.2, has the same CUDA 12.2). Source: Jetson AI
     # Lab pip index jp6/cu122, linked from NVIDIA's "Installing PyTorch for Jetson Platform"
@@ -103,6 +109,7 @@ WHEEL_TABLE: tuple[WheelRow, ...] = (
         commands=_jetson_ai_lab("cu122"),
         notes=("the index serves CUDA 12.2 builds of torch, torchvision and torchaudio",),
         source=f"Jetson AI Lab pip index {_JETSON_AI_LAB}/cu122",
+        cuda="12.2",
     ),
     # JetPack 6.1 and 6.2 (L4T R36.4.x, CUDA 12.6). Source: Jetson AI Lab pip index
     # jp6/cu126 (NVIDIA forums, 2025-01: "We provide 2.4.0, 2.5.0, and 2.6.0rc1 for the
@@ -113,10 +120,11 @@ WHEEL_TABLE: tuple[WheelRow, ...] = (
         commands=_jetson_ai_lab("cu126"),
         notes=(
             "the index serves CUDA 12.6 builds of torch, torchvision and torchaudio",
-            "if `import torch` fails on libcusparseLt.so, install cuSPARSELt "
-            "(scripts/install_cusparselt.sh is coming)",
+            "if `import torch` fails on libcusparseLt.so, install cuSPARSELt: "
+            "bash scripts/install_cusparselt.sh",
         ),
         source=f"Jetson AI Lab pip index {_JETSON_AI_LAB}/cu126",
+        cuda="12.6",
     ),
 )
 
@@ -142,6 +150,12 @@ class JetsonRelease:
     source: str
 
 
+def wheel_row(jetpack: str) -> WheelRow | None:
+    """The table row for a JetPack release ("6.1.0" and "JetPack 6.1" work), or None."""
+    wanted = normalize_jetpack(jetpack)
+    return next((row for row in WHEEL_TABLE if wanted in row.jetpacks), None)
+
+
 def supported_jetpacks() -> list[str]:
     """Every JetPack release the table has commands for, in table order."""
     return [jetpack for row in WHEEL_TABLE for jetpack in row.jetpacks]
@@ -160,15 +174,15 @@ def normalize_jetpack(text: str) -> str:
 def recommend(jetpack: str) -> Recommendation:
     """The install commands for a JetPack release; UserError when the table lacks it."""
     wanted = normalize_jetpack(jetpack)
-    for row in WHEEL_TABLE:
-        if wanted in row.jetpacks:
-            return Recommendation(
-                jetpack=wanted,
-                l4t=_l4t_for_jetpack(wanted),
-                commands=list(row.commands),
-                notes=list(row.notes),
-                source=row.source,
-            )
+    row = wheel_row(wanted)
+    if row is not None:
+        return Recommendation(
+            jetpack=wanted,
+            l4t=_l4t_for_jetpack(wanted),
+            commands=list(row.commands),
+            notes=list(row.notes),
+            source=row.source,
+        )
     raise UserError(
         f"no PyTorch install commands for JetPack {jetpack!r} "
         f"(supported: {', '.join(supported_jetpacks())})",

@@ -1,7 +1,11 @@
-"""Logging backends behind one small interface: `log(split, metrics, step)` and `close()`.
+"""Logging backends behind one small interface: `log(split, metrics, step, epoch)`,
+`log_params(params)` and `close()`; TensorBoard also takes weight histograms.
 
 JSONL (metrics.jsonl, one record per line, flushed each write so a crash loses nothing)
-and TensorBoard are on by default. Secrets never reach a logger: only metric numbers do.
+and TensorBoard are on by default; MLflow (a local store unless a tracking URI is set) and
+Weights & Biases (offline by default: no key needed) when configured. MLflow's local store
+is RUN/mlflow.db (SQLite); browse it with `mlflow ui --backend-store-uri sqlite:///...`.
+Secrets never reach a logger: metrics are numbers, and params pass through `scrub`.
 """
 
 from __future__ import annotations
@@ -10,14 +14,21 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainforge.config.schema import LoggingConfig
+from trainforge.errors import UserError
+from trainforge.observe.secrets import scrub
 
 
 class MetricLogger(Protocol):
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None: ...
+    def log_params(self, params: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
 
 
 class JsonlLogger:
@@ -31,6 +42,9 @@ class JsonlLogger:
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        pass  # the run folder holds config.resolved.yaml
 
     def close(self) -> None:
         self._fh.close()
@@ -47,11 +61,102 @@ class TensorBoardLogger:
         for key, value in metrics.items():
             self.writer.add_scalar(f"{split}/{key}", value, step)
 
+    def log_params(self, params: dict[str, Any]) -> None:
+        text = "\n".join(f"    {k}: {scrub(str(v))}" for k, v in sorted(params.items()))
+        self.writer.add_text("config", text, 0)
+
+    def log_histograms(self, model: Any, step: int) -> None:
+        for name, param in model.named_parameters():
+            self.writer.add_histogram(f"weights/{name}", param.detach().float().cpu(), step)
+            if param.grad is not None:
+                self.writer.add_histogram(f"grads/{name}", param.grad.detach().float().cpu(), step)
+
     def close(self) -> None:
         self.writer.close()
 
 
-def build_loggers(cfg: LoggingConfig, run_dir: Path) -> list[MetricLogger]:
+class MlflowLogger:
+    """Params once, metrics as `split/name` at each logging point, to one MLflow run."""
+
+    def __init__(self, cfg: LoggingConfig, run_dir: Path, run_name: str) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        # The local default is MLflow's own recommended store: SQLite in the run folder.
+        uri = cfg.mlflow_tracking_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+        self.client = MlflowClient(tracking_uri=uri)
+        experiment = self.client.get_experiment_by_name(cfg.mlflow_experiment)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment
+            else self.client.create_experiment(cfg.mlflow_experiment)
+        )
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.tracking_uri = uri
+        self._mlflow = mlflow
+
+    def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(f"{split}/{k}", v, now, step) for k, v in _finite(metrics).items()]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, scrub(str(v))[:6000]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):  # MLflow's batch limit
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+class WandbLogger:
+    """A W&B run in RUN/wandb; offline by default (`wandb sync RUN/wandb/offline-run-*`)."""
+
+    def __init__(self, cfg: LoggingConfig, run_dir: Path, run_name: str) -> None:
+        import os
+
+        import wandb
+
+        if cfg.wandb_mode == "online" and not os.environ.get("WANDB_API_KEY"):
+            raise UserError(
+                "logging.wandb_mode=online needs WANDB_API_KEY in the environment",
+                "export WANDB_API_KEY=... (it is never written to any file), or use "
+                "logging.wandb_mode=offline",
+            )
+        (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(
+            project=cfg.wandb_project,
+            name=run_name,
+            dir=str(run_dir),
+            mode=cfg.wandb_mode,
+            reinit="create_new",
+            settings=wandb.Settings(
+                console="off", save_code=False, x_disable_stats=True, x_disable_meta=True
+            ),
+        )
+
+    def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
+        data: dict[str, float] = {f"{split}/{k}": v for k, v in _finite(metrics).items()}
+        data["trainer/step"] = step
+        data["trainer/epoch"] = epoch
+        self.run.log(data)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self.run.config.update(
+            {k: scrub(v) if isinstance(v, str) else v for k, v in params.items()},
+            allow_val_change=True,
+        )
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def build_loggers(cfg: LoggingConfig, run_dir: Path, run_name: str = "run") -> list[MetricLogger]:
     loggers: list[MetricLogger] = []
     if cfg.jsonl:
         loggers.append(JsonlLogger(run_dir / "metrics.jsonl"))
@@ -63,4 +168,28 @@ def build_loggers(cfg: LoggingConfig, run_dir: Path) -> list[MetricLogger]:
                 "TensorBoard logging off: the tensorboard package is not installed "
                 "(pip install 'trainforge[track]')"
             )
+    for enabled, name, cls in (
+        (cfg.mlflow, "mlflow", MlflowLogger),
+        (cfg.wandb, "wandb", WandbLogger),
+    ):
+        if not enabled:
+            continue
+        try:
+            loggers.append(cls(cfg, run_dir, run_name))
+        except ImportError:
+            raise UserError(
+                f"logging.{name} is on but the {name} package is not installed",
+                "pip install 'trainforge[track]', or set logging." + name + "=false",
+            ) from None
     return loggers
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: config params as trackers want them."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

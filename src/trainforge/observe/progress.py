@@ -65,8 +65,10 @@ class ProgressDisplay(Callback):
     def on_metrics(self, trainer: Trainer, split: str, metrics: dict[str, float]) -> None:
         if split == "train":
             self.train = metrics
-        else:
+        elif split == "val":
             self.val = metrics
+        else:
+            return  # fast validation and telemetry go to the loggers only
         if self.progress is not None:
             stats = "  ".join(
                 s

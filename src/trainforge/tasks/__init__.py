@@ -15,4 +15,8 @@ def build_task(config: RunConfig) -> Task:
         from trainforge.tasks.vision import ImageClassification
 
         return ImageClassification.from_config(config)
+    if kind == "causal-lm":
+        from trainforge.tasks.causal_lm import CausalLM
+
+        return CausalLM.from_config(config)
     raise AssertionError(f"task {kind} passed validation but has no builder")

@@ -80,3 +80,19 @@ class ImageClassification:
 
     def metrics(self, loss_sum: float, weight: int, sums: dict[str, float]) -> dict[str, float]:
         return {"loss": loss_sum / weight, "accuracy": sums.get("correct", 0.0) / weight}
+
+    @torch.no_grad()
+    def confusion_matrix(
+        self, model: nn.Module, device: torch.device
+    ) -> tuple[list[list[int]], list[str]]:
+        """Counts over the validation set: rows are true classes, columns predictions."""
+        num_classes = len(self.class_names)
+        counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
+        was_training = model.training
+        model.eval()
+        for raw in self.val_loader:
+            images, labels = self.to_device(raw, device, False)
+            predicted = model(images).argmax(dim=1)
+            counts += torch.bincount(labels * num_classes + predicted, minlength=counts.numel())
+        model.train(was_training)
+        return counts.view(num_classes, num_classes).tolist(), list(self.class_names)

@@ -1,0 +1,149 @@
+"""Entry point for text data: data config + tokenizer -> resumable train/val/test loaders.
+
+Owns `TokenDataset` (pre-tokenized examples; `__getitems__` pads a whole batch at once) and
+`build_text_data`. A batch is a dict of CPU tensors plus `num_targets`, the number of tokens
+the loss is taken over, counted on the host so the training loop weights the batch without
+a device synchronisation. Evaluation batches also carry the left-padded generation prompts
+and the reference responses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from trainforge.data.loaders import make_loader
+from trainforge.data.memory import fixed_split_indices
+from trainforge.data.text.encode import IGNORE, Encoder, EncodeStats, Example, pack
+from trainforge.data.text.records import TextRecord, read_records
+
+
+class TokenDataset(Dataset):
+    def __init__(self, examples: list[Example], pad_id: int, with_prompts: bool = False) -> None:
+        self.examples = examples
+        self.pad_id = int(pad_id)
+        self.with_prompts = with_prompts
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])
+
+    def __getitems__(self, indices: list[int]) -> dict[str, Any]:
+        rows = [self.examples[i] for i in indices]
+        width = max(len(r.input_ids) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = len(row.input_ids)
+            input_ids[i, :n] = torch.tensor(row.input_ids)
+            labels[i, :n] = torch.tensor(row.labels)
+            attention_mask[i, :n] = 1
+        batch: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            # The loss predicts token t+1 from tokens <= t: label 0 is never a target.
+            "num_targets": int((labels[:, 1:] != IGNORE).sum()),
+        }
+        if self.with_prompts:
+            batch.update(self._prompts(rows))
+        return batch
+
+    def _prompts(self, rows: list[Example]) -> dict[str, Any]:
+        """Left-padded prompts, so that greedy generation continues every row at once."""
+        width = max(r.prompt_len for r in rows)
+        prompt_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            n = row.prompt_len
+            prompt_ids[i, width - n :] = torch.tensor(row.input_ids[:n])
+            prompt_mask[i, width - n :] = 1
+        return {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "references": [r.reference for r in rows],
+        }
+
+
+@dataclass
+class TextData:
+    train_loader: StatefulDataLoader
+    val_loader: StatefulDataLoader
+    test_loader: StatefulDataLoader | None
+    num_train: int
+    num_val: int
+    stats: dict[str, EncodeStats] = field(default_factory=dict)
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
+
+
+def build_text_data(
+    cfg: Any,
+    tokenizer: Any,
+    *,
+    batch_size: int,
+    eval_batch_size: int,
+    seed: int,
+    with_prompts: bool = False,
+) -> TextData:
+    """Read, split, tokenize and wrap the text files of the data section."""
+    splits = _read_splits(cfg)
+    encoder = Encoder(
+        tokenizer,
+        max_seq_length=cfg.max_seq_length,
+        prompt_template=cfg.prompt_template,
+        use_chat_template=cfg.use_chat_template,
+    )
+    pad_id = pad_token_id(tokenizer)
+    datasets: dict[str, TokenDataset] = {}
+    stats: dict[str, EncodeStats] = {}
+    for name, records in splits.items():
+        examples, stats[name] = encoder.encode(records)
+        print(stats[name].line(name, cfg.max_seq_length))
+        if name == "train" and cfg.packing:
+            examples = pack(examples, cfg.max_seq_length)
+            print(f"train: packed into {len(examples)} rows of <= {cfg.max_seq_length} tokens")
+        datasets[name] = TokenDataset(
+            examples, pad_id, with_prompts=name != "train" and with_prompts
+        )
+    common = {"cfg": cfg, "seed": seed, "batched_fetch": True}
+    loaders = {
+        name: make_loader(
+            data,
+            batch_size=batch_size if name == "train" else eval_batch_size,
+            train=name == "train",
+            **common,
+        )
+        for name, data in datasets.items()
+    }
+    return TextData(
+        train_loader=loaders["train"],
+        val_loader=loaders["val"],
+        test_loader=loaders.get("test"),
+        num_train=stats["train"].num_examples,
+        num_val=len(datasets["val"]),
+        stats=stats,
+    )
+
+
+def _read_splits(cfg: Any) -> dict[str, list[TextRecord]]:
+    train = read_records(cfg.train_file)
+    if cfg.validation_file:
+        val = read_records(cfg.validation_file)
+    else:
+        train_idx, val_idx = fixed_split_indices(len(train), cfg.val_fraction)
+        train, val = [train[i] for i in train_idx], [train[i] for i in val_idx]
+    splits = {"train": train, "val": val}
+    if cfg.test_file:
+        splits["test"] = read_records(cfg.test_file)
+    return splits

@@ -1,0 +1,35 @@
+"""Export and edge optimisation: from a trained run to models that run fast on the edge.
+
+`export(RUN_OR_CHECKPOINT, formats)` writes artifact folders under `RUN/export/`:
+    onnx/         model.onnx (dynamic batch, verified with onnxruntime against PyTorch)
+    int8/         dynamic INT8 Linear layers for PyTorch on the CPU (int8 safetensors)
+    int8-onnx/    static QDQ INT8 ONNX, calibrated on training batches (onnxruntime)
+    pruned/       global magnitude pruning, optionally fine-tuned through the engine
+    safetensors/  the fp32 weights alone
+each with `summary.json` (size, accuracy next to the fp32 reference, batch-1 latency).
+`load_artifact()` reads one back as a predictor; `bench` compares them side by side.
+Task kinds plug in through `trainforge.export.kinds`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Imported on first use: `trainforge export --format typo` answers before torch loads.
+_PUBLIC = {
+    "FORMATS": "trainforge.export.options",
+    "ExportOptions": "trainforge.export.options",
+    "Result": "trainforge.export.pipeline",
+    "export": "trainforge.export.pipeline",
+    "Artifact": "trainforge.export.artifacts",
+    "find_artifacts": "trainforge.export.artifacts",
+    "load_artifact": "trainforge.export.artifacts",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trainforge.export' has no attribute {name!r}")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)

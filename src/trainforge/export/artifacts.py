@@ -1,0 +1,211 @@
+"""Artifact folders: writing one atomically, and loading one back as a predictor.
+
+An artifact is a folder under `RUN/export/` holding the model file(s), `summary.json` (format,
+runtime, size, accuracy, latency, input spec, model facts) and, for PyTorch artifacts, the
+run's `config.yaml`, from which the model is rebuilt. It is written under a hidden name and
+renamed into place when complete, so a failed export leaves the previous artifact intact.
+Runtimes: `torch` (fp32 safetensors), `torch-int8` (dynamic INT8 Linear layers, see
+`int8.py`) and `onnxruntime` (any ONNX model, fp32 or QDQ INT8); `transformers` folders
+(merged causal LMs) load with transformers itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from trainforge.errors import UserError
+
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+EXPORT_HINT = "pass an artifact folder written by `trainforge export` (e.g. runs/NAME/export/onnx)"
+
+
+def require(module: str):
+    """Import an optional export dependency, or say which extra installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(
+            f"{module} is not installed",
+            "install the export extra: pip install 'trainforge[export]'",
+        ) from None
+
+
+class ArtifactDir:
+    """`with ArtifactDir(root, name) as folder:` write files into `folder`; renamed when done."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.final = root / name
+        self.tmp = root / f".tmp-{name}-{os.getpid()}"
+
+    def __enter__(self) -> Path:
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir()
+        return self.tmp
+
+    def __exit__(
+        self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        old = self.final.parent / f".old-{self.final.name}-{os.getpid()}"
+        if self.final.exists():
+            self.final.rename(old)
+        self.tmp.rename(self.final)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_summary(folder: Path, summary: dict[str, Any]) -> None:
+    (folder / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def folder_size(folder: Path, names: list[str]) -> int:
+    return sum((folder / name).stat().st_size for name in names)
+
+
+class TorchPredictor:
+    """Calls a PyTorch module on host float32 arrays; returns host float32 arrays."""
+
+    def __init__(self, model: torch.nn.Module, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.model = model.eval().to(self.device)
+
+    def __call__(self, inputs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(inputs).to(self.device))
+            return out.float().cpu().numpy()
+
+
+class OrtPredictor:
+    """Calls an onnxruntime session on host float32 arrays."""
+
+    def __init__(self, path: Path, device: str = "cpu", threads: int | None = None) -> None:
+        ort = require("onnxruntime")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        providers = ["CPUExecutionProvider"]
+        if device == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise UserError(
+                    "onnxruntime here has no CUDA execution provider",
+                    "install onnxruntime-gpu, or benchmark with --device cpu",
+                )
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
+        self.input_name = self.session.get_inputs()[0].name
+
+    def __call__(self, inputs: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input_name: inputs})[0]
+
+
+@dataclass
+class Artifact:
+    """An artifact folder read back: its summary, and predictors built on request."""
+
+    folder: Path
+    summary: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def runtime(self) -> str:
+        return str(self.summary["runtime"])
+
+    @property
+    def model_file(self) -> Path:
+        return self.folder / self.summary["artifact"]
+
+    def example_input(self, batch_size: int, seed: int = 0) -> np.ndarray:
+        from trainforge.export.kinds import kind_class
+
+        cls = kind_class(self.summary["task"], source=str(self.folder))
+        return cls.example_input(self.summary["model"], batch_size, seed).numpy()
+
+    def predictor(self, device: str = "cpu", threads: int | None = None):
+        if self.runtime not in ("onnxruntime", "torch", "torch-int8"):
+            raise UserError(
+                f"{self.folder}: {self.runtime} artifacts have no predictor here",
+                "load it with its own library (see load_with in its summary.json)",
+            )
+        if self.runtime == "onnxruntime":
+            return OrtPredictor(self.model_file, device, threads)
+        if self.runtime == "torch-int8" and device != "cpu":
+            raise UserError(
+                f"{self.folder}: dynamic INT8 PyTorch models run on the CPU only",
+                "benchmark it with --device cpu",
+            )
+        return TorchPredictor(self.torch_model(), device)
+
+    def torch_model(self) -> torch.nn.Module:
+        from trainforge.config.schema import RunConfig
+        from trainforge.export.kinds import kind_class
+
+        config = RunConfig.model_validate(yaml.safe_load((self.folder / CONFIG).read_text()))
+        cls = kind_class(self.summary["task"], source=str(self.folder))
+        model = cls.build_model(config, self.summary["model"])
+        if self.runtime == "torch-int8":
+            from trainforge.export.int8 import load_int8
+
+            return load_int8(model, self.model_file)
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(self.model_file)))
+        return model.eval()
+
+
+def _read_summary(folder: Path) -> dict[str, Any] | None:
+    """The artifact summary in `folder`, or None (a run's training summary.json is not one)."""
+    path = folder / SUMMARY
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path} is not valid JSON: {err.msg}", EXPORT_HINT) from None
+    is_artifact = isinstance(summary, dict) and {"runtime", "artifact", "task"} <= summary.keys()
+    return summary if is_artifact else None
+
+
+def load_artifact(path: Path) -> Artifact:
+    """Read an artifact folder (or a model file inside one)."""
+    if not path.exists():
+        raise UserError(f"artifact {path} not found", EXPORT_HINT)
+    folder = path if path.is_dir() else path.parent
+    summary = _read_summary(folder)
+    if summary is None:
+        raise UserError(f"{path} is not an export artifact (no artifact {SUMMARY})", EXPORT_HINT)
+    return Artifact(folder, summary)
+
+
+def find_artifacts(path: Path) -> list[Artifact]:
+    """Artifacts at `path`: one artifact, an export folder, or a run folder with `export/`."""
+    if not path.exists():
+        raise UserError(f"artifact {path} not found", EXPORT_HINT)
+    if path.is_file() or _read_summary(path) is not None:
+        return [load_artifact(path)]
+    root = path / "export" if (path / "export").is_dir() else path
+    found = [
+        load_artifact(child)
+        for child in sorted(root.iterdir())
+        if child.is_dir() and not child.name.startswith(".") and _read_summary(child) is not None
+    ]
+    if not found:
+        raise UserError(f"no export artifacts under {path}", EXPORT_HINT)
+    return found

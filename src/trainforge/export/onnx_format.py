@@ -1,0 +1,139 @@
+"""ONNX export: torch.onnx with a dynamic batch axis, verified with onnxruntime.
+
+The default exporter is torch's `dynamo` one (torch.export + onnxscript), which torch 2.9+
+uses by default; `torchscript` (the legacy tracer) stays selectable for old TensorRT parsers.
+The written model is run with onnxruntime on every validation sample and compared with the
+fp32 PyTorch outputs; a max absolute difference above the tolerance is an error and leaves no
+artifact. The summary carries the `trtexec` commands that build FP16 and INT8 TensorRT
+engines from it on a Jetson.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainforge.errors import UserError
+from trainforge.export.artifacts import ArtifactDir, OrtPredictor, require
+
+if TYPE_CHECKING:
+    from trainforge.export.pipeline import ExportJob, Result
+
+ONNX_FILE = "model.onnx"
+# Above this many bytes of weights the graph keeps them in an external file (protobuf: 2 GiB).
+EXTERNAL_DATA_BYTES = 1 << 30
+
+
+def to_onnx(
+    model: nn.Module,
+    path: Path,
+    example: torch.Tensor,
+    *,
+    input_name: str,
+    output_name: str,
+    opset: int,
+    exporter: str,
+) -> None:
+    """Export `model` (eval mode) to `path` with the first input axis named `batch`."""
+    require("onnx")
+    kwargs: dict[str, Any] = {
+        "input_names": [input_name],
+        "output_names": [output_name],
+        "opset_version": opset,
+    }
+    if exporter == "dynamo":
+        require("onnxscript")
+        weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        kwargs.update(
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            external_data=weight_bytes > EXTERNAL_DATA_BYTES,
+            verbose=False,
+        )
+    else:
+        kwargs.update(
+            dynamo=False, dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}}
+        )
+    # Batch 2 while tracing: torch.export specialises a size-1 axis to a constant.
+    example = (
+        example[:2] if example.shape[0] >= 2 else example.repeat(2, *[1] * (example.dim() - 1))
+    )
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model.eval(), (example,), str(path), **kwargs)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        other = "torchscript" if exporter == "dynamo" else "dynamo"
+        raise UserError(
+            f"ONNX export failed ({exporter} exporter, opset {opset}): {first}",
+            f"try --exporter {other} or another --opset",
+        ) from None
+
+
+def trtexec_commands(onnx_path: Path, int8_path: Path, spec: dict[str, Any]) -> dict[str, str]:
+    """trtexec lines for FP16 (from the fp32 model) and INT8 (from the QDQ model) engines."""
+    dims = [str(d) for d in spec["shape"][1:]]
+
+    def shape(batch: int) -> str:
+        return f"{spec['name']}:{'x'.join([str(batch), *dims])}"
+
+    shapes = f"--minShapes={shape(1)} --optShapes={shape(32)} --maxShapes={shape(256)}"
+    return {
+        "fp16": f"trtexec --onnx={onnx_path} --fp16 {shapes} "
+        f"--saveEngine={onnx_path.with_suffix('.fp16.engine')}",
+        "int8": f"trtexec --onnx={int8_path} --int8 --fp16 {shapes} "
+        f"--saveEngine={onnx_path.with_suffix('.int8.engine')}",
+    }
+
+
+def write_onnx(job: ExportJob) -> list[Result]:
+    from trainforge.export.pipeline import Result
+
+    o = job.options
+    kind = job.kind_cls
+    with ArtifactDir(job.out_root, "onnx") as folder:
+        path = folder / ONNX_FILE
+        to_onnx(
+            job.fresh_model(),
+            path,
+            kind.example_input(job.info, 2),
+            input_name=kind.input_name,
+            output_name=kind.output_name,
+            opset=o.opset,
+            exporter=o.exporter,
+        )
+        predict = OrtPredictor(path)
+        outputs, metrics = job.evaluate(predict)
+        max_diff = float(np.abs(outputs - job.reference.outputs).max())
+        if not max_diff <= o.tolerance:
+            raise UserError(
+                f"ONNX outputs differ from PyTorch by up to {max_diff:.2e} on "
+                f"{len(outputs)} validation samples (tolerance {o.tolerance:g})",
+                "try --exporter torchscript or another --opset, or raise --tolerance",
+            )
+        final = job.out_root / "onnx" / ONNX_FILE
+        int8_final = job.out_root / "int8-onnx" / "model.int8.onnx"
+        summary = job.summarize(
+            folder,
+            fmt="onnx",
+            runtime="onnxruntime",
+            precision="fp32",
+            artifact=ONNX_FILE,
+            predict=predict,
+            metrics=metrics,
+            opset=o.opset,
+            exporter=o.exporter,
+            max_abs_diff=max_diff,
+            tolerance=o.tolerance,
+            tensorrt=trtexec_commands(final, int8_final, kind.input_spec(job.info)),
+        )
+    return [Result(job.out_root / "onnx", summary)]

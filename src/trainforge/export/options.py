@@ -1,0 +1,75 @@
+"""Export options and the checks that run before anything heavy is imported (no torch here).
+
+`trainforge export` checks formats, options and that the source exists first, so a typo is
+answered at once, with one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainforge.errors import UserError
+
+FORMATS = ("onnx", "int8", "pruned", "safetensors")
+SOURCE_HINT = (
+    "pass a run folder such as runs/NAME or a checkpoint such as runs/NAME/checkpoints/best_model"
+)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    output: Path | None = None  # default: RUN_DIR/export
+    opset: int = 18
+    exporter: str = "dynamo"  # torch.onnx exporter: dynamo (torch.export) or torchscript
+    tolerance: float = 1e-4  # max |ONNX - PyTorch| on the validation set
+    calibration_batches: int = 8
+    sparsity: float = 0.5
+    finetune_epochs: float = 0.0
+    finetune_lr: float | None = None  # default: a tenth of the run's peak learning rate
+    latency_runs: int = 100
+
+
+def check_formats(formats: list[str]) -> list[str]:
+    """Known, de-duplicated formats in the order given (`all` means every format)."""
+    wanted: list[str] = []
+    for item in formats:
+        for name in (p.strip().lower() for p in item.split(",")):
+            names = FORMATS if name == "all" else (name,)
+            for one in names:
+                if one not in FORMATS:
+                    raise UserError(
+                        f"unknown export format {one!r}",
+                        f"use --format with one of: {', '.join(FORMATS)} (or all)",
+                    )
+                if one not in wanted:
+                    wanted.append(one)
+    if not wanted:
+        raise UserError("no export format given", f"use --format {'|'.join(FORMATS)}")
+    return wanted
+
+
+def check_options(options: ExportOptions) -> None:
+    if options.exporter not in ("dynamo", "torchscript"):
+        raise UserError(
+            f"--exporter {options.exporter!r} is not an ONNX exporter", "use dynamo or torchscript"
+        )
+    if not 13 <= options.opset <= 23:
+        raise UserError(
+            f"--opset {options.opset} is out of range", "use an opset from 13 to 23 (default 18)"
+        )
+    if not 0.0 < options.sparsity < 1.0:
+        raise UserError(
+            f"--sparsity {options.sparsity} must be between 0 and 1", "e.g. --sparsity 0.5"
+        )
+    if options.finetune_epochs < 0:
+        raise UserError(f"--finetune-epochs {options.finetune_epochs} is negative", "use 0 or more")
+    if options.calibration_batches < 1:
+        raise UserError("--calibration-batches must be at least 1", "e.g. --calibration-batches 8")
+    if options.tolerance <= 0:
+        raise UserError(f"--tolerance {options.tolerance} must be positive", "e.g. 1e-4")
+
+
+def check_source_exists(path: Path) -> None:
+    if not path.exists():
+        raise UserError(f"run folder or checkpoint {path} not found", SOURCE_HINT)

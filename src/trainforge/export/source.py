@@ -1,0 +1,115 @@
+"""What `trainforge export` reads: a run folder or one checkpoint, checked before any work.
+
+A run folder means its final `model.safetensors` (what `trainforge train` printed as the final
+model), else its `best_model` checkpoint, else its newest checkpoint. A checkpoint folder is
+verified against its manifest (`engine.checkpoint.verify`) and only its safetensors weights are
+read, so loading never runs code from a file. The task kind is checked against the kinds that
+export supports before the config is validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from pydantic import ValidationError
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from trainforge.config.schema import RunConfig
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+from trainforge.export.options import SOURCE_HINT as HOW
+from trainforge.export.options import check_source_exists
+
+RUN_CONFIG = "config.resolved.yaml"
+FINAL_MODEL = "model.safetensors"
+
+
+@dataclass
+class Source:
+    """Weights and config of the model to export."""
+
+    given: Path  # what the user passed
+    run_dir: Path  # where `export/` goes by default
+    weights: Path  # the safetensors file read
+    config: RunConfig
+    config_yaml: str
+    state_dict: dict[str, torch.Tensor]
+
+    @property
+    def label(self) -> str:
+        return str(self.weights)
+
+
+def resolve_source(path: Path) -> Source:
+    """Find, verify and read the weights and config behind `path`."""
+    check_source_exists(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)
+    if (path / ckpt.MANIFEST).is_file():
+        return _from_checkpoint(
+            path, path.parents[1] if path.parent.name == "checkpoints" else path
+        )
+    if (path / RUN_CONFIG).is_file():
+        if (path / FINAL_MODEL).is_file():
+            return _read(path, path, path / FINAL_MODEL, path / RUN_CONFIG)
+        root = path / "checkpoints"
+        best = root / "best_model"
+        if best.is_dir() and ckpt.verify(best) is None:
+            return _from_checkpoint(best, path)
+        newest = ckpt.latest(root)
+        if newest is not None:
+            return _from_checkpoint(newest.path, path)
+        raise UserError(
+            f"run folder {path} has no {FINAL_MODEL} and no usable checkpoint",
+            "train it first (trainforge train CONFIG) or pass a checkpoint folder",
+        )
+    raise UserError(f"{path} is neither a run folder nor a checkpoint", HOW)
+
+
+def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
+    problem = ckpt.verify(folder)
+    if problem:
+        raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
+    return _read(folder, run_dir, folder / FINAL_MODEL, folder / "config.yaml")
+
+
+def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:
+    text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
+    raw = _parse(text, config_file)
+    kind = (raw.get("task") or {}).get("kind", "image-classification")
+    from trainforge.export.kinds import kind_class
+
+    kind_class(str(kind), source=str(given))  # a wrong task fails before the config check
+    try:
+        config = RunConfig.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(
+            f"{config_file}: {where}: {first['msg']}",
+            "export a run made by this version of trainforge",
+        ) from None
+    try:
+        state = load_file(str(weights))
+    except (OSError, SafetensorError) as err:
+        raise UserError(
+            f"cannot read weights {weights}: {err}", "pick another checkpoint"
+        ) from None
+    return Source(given, run_dir, weights, config, text, state)
+
+
+def _parse(text: str, config_file: Path) -> dict[str, Any]:
+    if not text:
+        raise UserError(f"{config_file} is missing or empty", "pass a complete run or checkpoint")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"{config_file}: invalid YAML: {err}".splitlines()[0], HOW) from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{config_file} is not a run config", HOW)
+    return raw

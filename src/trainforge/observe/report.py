@@ -1,0 +1,82 @@
+"""The run report: RUN/report.html, self-contained, with its PNG plots beside it in RUN/report/.
+
+`build_report(run_dir)` reads the run folder (`report_data`), draws the plots
+(`report_plots`, matplotlib on the Agg canvas) and writes one HTML file that embeds every
+plot as a base64 data URI, with inline CSS, no scripts and no external addresses, so it can
+be mailed or archived alone. Without matplotlib the tables are still written, with a note.
+
+Sections: a summary table (stop reason, time, throughput, MFU, hardware, profile, config
+hash), final and best of every metric (each number cell carries its exact value in
+`data-value`), the plots, per-class accuracy with the confusion matrix for classification
+(classes more than 10 points below the mean per-class accuracy are flagged: the ViT guide
+expects it roughly balanced), hardware readings, and notes on anything missing or unreadable.
+
+`report_data` reads and derives, `report_plots` draws, `report_html` writes the page.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainforge.errors import UserError
+from trainforge.observe.report_data import ClassTable, class_table, load_run
+from trainforge.observe.report_html import PLOTS_OFF, balance_line, render_html
+from trainforge.observe.report_plots import Plot, plot_specs, render
+
+
+@dataclass
+class Built:
+    path: Path
+    plots: list[Plot] | None  # None: matplotlib missing
+    classes: ClassTable | None
+
+
+def build_report(run_dir: Path) -> Path:
+    """Write RUN/report.html and RUN/report/*.png; return the HTML path.
+
+    Raises UserError when the run folder or its metrics.jsonl is missing or the report
+    cannot be written; anything else missing or unreadable becomes a note in the report.
+    """
+    return _build(Path(run_dir)).path
+
+
+def _build(run_dir: Path) -> Built:
+    data = load_run(run_dir)
+    plots = render(plot_specs(data), data.confusion)
+    classes = class_table(data.confusion) if data.confusion is not None else None
+    path = run_dir / "report.html"
+    try:
+        _write_pngs(run_dir / "report", plots or [])
+        page = render_html(data, plots, classes)
+        tmp = path.with_name(".report.html.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        raise UserError(
+            f"cannot write the report in {run_dir}: {error.strerror or error}",
+            "make the run folder writable, or copy it somewhere writable and report that",
+        ) from None
+    return Built(path, plots, classes)
+
+
+def _write_pngs(folder: Path, plots: list[Plot]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {f"{plot.name}.png" for plot in plots}
+    for old in folder.glob("*.png"):
+        if old.name not in names:  # a plot from an earlier report that no longer applies
+            old.unlink()
+    for plot in plots:
+        (folder / f"{plot.name}.png").write_bytes(plot.png)
+
+
+def report_command(run_dir: Path) -> None:
+    """`trainforge report RUN_DIR`: build the report and say where it is."""
+    built = _build(Path(run_dir))
+    if built.plots is None:
+        print(f"report: {built.path} ({PLOTS_OFF})")
+    else:
+        print(f"report: {built.path} ({len(built.plots)} plots in {built.path.parent / 'report'})")
+    if built.classes is not None and built.classes.flagged:
+        print(balance_line(built.classes))

@@ -1,0 +1,246 @@
+"""Causal language model fine-tuning: a Hugging Face model from `models/` on text records.
+
+The loss is next-token cross-entropy over the response tokens only (prompt tokens carry
+label -100), summed on the device and divided by the batch's target-token count, which the
+loader counts on the host: `StepOutput.weight` is that count, so gradient accumulation over
+batches of any length equals one big batch, and no step waits on the device.
+Validation reports loss, perplexity and next-token accuracy on the response tokens; with
+`task.eval_generation` it also greedy-decodes each prompt and reports `per` and `wer`
+(see `trainforge.tasks.sequence_metrics`).
+
+At the end `save_final` writes `RUN/model/` (save_pretrained + tokenizer + trainforge.json;
+with LoRA also `RUN/adapter/`, and `RUN/model/` only when the adapter is merged) and copies
+the result to `models/<output.model_name>` when one is named.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainforge.config.schema import RunConfig
+from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token_id
+from trainforge.engine.task import StepOutput
+from trainforge.errors import UserError
+from trainforge.models import hf
+from trainforge.tasks.sequence_metrics import error_counts
+
+
+@dataclass
+class CausalLM:
+    model: nn.Module
+    tokenizer: Any
+    train_loader: Any
+    val_loader: Any
+    num_train_samples: int
+    config: RunConfig
+    base_dir: Path
+    test_loader: Any = None
+    output_path: Path | None = None
+    data_stats: dict[str, EncodeStats] = field(default_factory=dict)
+    name: str = "causal-lm"
+    items_name: str = "tokens"
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> CausalLM:
+        hf.require_llm_extra()
+        output_path = None
+        if config.output.model_name:  # checked first: refuse before any slow work
+            output_path = hf.output_dir(
+                config.output.models_dir, config.output.model_name, config.output.overwrite
+            )
+        base_dir = resolve_base_model(config)
+        tokenizer = hf.load_tokenizer(base_dir)
+        t = config.training
+        data = build_text_data(
+            config.data,
+            tokenizer,
+            batch_size=t.per_device_train_batch_size,
+            eval_batch_size=config.evaluation.per_device_eval_batch_size,
+            seed=t.seed,
+            with_prompts=config.task.eval_generation,
+        )
+        model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
+        _check_positions(model, config.data.max_seq_length)
+        if config.lora.enabled:
+            model = hf.apply_lora(model, config.lora)
+        trainable, total = hf.count_parameters(model)
+        print(f"model: {base_dir} ({total:,} parameters, {trainable:,} trained)")
+        return cls(
+            model=model,
+            tokenizer=tokenizer,
+            train_loader=data.train_loader,
+            val_loader=data.val_loader,
+            test_loader=data.test_loader,
+            num_train_samples=data.num_train,
+            config=config,
+            base_dir=base_dir,
+            output_path=output_path,
+            data_stats=data.stats,
+        )
+
+    # ------------------------------------------------------------ the loop
+    def to_device(self, batch: dict[str, Any], device: torch.device, train: bool) -> dict:
+        non_blocking = device.type == "cuda"
+        return {
+            k: v.to(device, non_blocking=non_blocking) if isinstance(v, Tensor) else v
+            for k, v in batch.items()
+        }
+
+    def batch_size(self, batch: dict[str, Any]) -> int:
+        return int(batch["input_ids"].shape[0])
+
+    def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = logits[:, :-1]
+        targets = batch["labels"][:, 1:]
+        loss_sum = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(),
+            targets.reshape(-1),
+            ignore_index=IGNORE,
+            reduction="sum",
+        )
+        num_targets = int(batch["num_targets"])  # counted on the host by the loader
+        correct = ((logits.argmax(dim=-1) == targets) & (targets != IGNORE)).sum()
+        sums = {"correct": correct}
+        if not model.training and self.config.task.eval_generation and "prompt_ids" in batch:
+            sums.update(self._generation_sums(model, batch))
+        return StepOutput(loss=loss_sum / max(1, num_targets), weight=num_targets, sums=sums)
+
+    def metrics(self, loss_sum: float, weight: int, sums: dict[str, float]) -> dict[str, float]:
+        loss = loss_sum / max(1, weight)
+        out = {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "accuracy": sums.get("correct", 0.0) / max(1, weight),
+        }
+        if sums.get("sequences"):
+            out["per"] = sums["unit_errors"] / max(1.0, sums["ref_units"])
+            out["wer"] = sums["seq_errors"] / sums["sequences"]
+        return out
+
+    # ---------------------------------------------------------- generation
+    def generate(self, model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor) -> list[str]:
+        """Greedy continuation of left-padded prompts, decoded without special tokens."""
+        generated = model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            max_new_tokens=self.config.task.max_new_tokens,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=pad_token_id(self.tokenizer),
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+        new_tokens = generated[:, prompt_ids.shape[1] :]
+        return [
+            t.strip() for t in self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        ]
+
+    def _generation_sums(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, Tensor]:
+        hyps = self.generate(model, batch["prompt_ids"], batch["prompt_mask"])
+        counts = error_counts(hyps, batch["references"])
+        return {
+            "unit_errors": torch.tensor(float(counts.unit_errors)),
+            "ref_units": torch.tensor(float(counts.ref_units)),
+            "seq_errors": torch.tensor(float(counts.seq_errors)),
+            "sequences": torch.tensor(float(counts.sequences)),
+        }
+
+    # ---------------------------------------------------------- final model
+    def save_final(
+        self,
+        run_dir: Path,
+        *,
+        model: nn.Module,
+        metrics: dict[str, float],
+        config_hash: str,
+        global_step: int,
+    ) -> Path:
+        """Write the Hugging Face folder(s) of the trained model; return the output folder."""
+        summary = self.summary(metrics, config_hash, global_step)
+        model.config.use_cache = True  # inference default; training turned it off
+        if hf.is_peft(model):
+            adapter = run_dir / "adapter"
+            hf.save_model_folder(model, self.tokenizer, adapter, summary)
+            result = adapter
+            if self.config.lora.merge_adapter:
+                merged = model.merge_and_unload()
+                hf.save_model_folder(merged, self.tokenizer, run_dir / "model", summary)
+                result = run_dir / "model"
+        else:
+            result = run_dir / "model"
+            hf.save_model_folder(model, self.tokenizer, result, summary)
+        print(f"Hugging Face model: {result}")
+        if self.output_path is not None:
+            hf.copy_model_folder(result, self.output_path)
+            print(f"output model: {self.output_path}")
+            result = self.output_path
+        return result
+
+    def summary(self, metrics: dict[str, float], config_hash: str, global_step: int) -> dict:
+        import transformers
+
+        c = self.config
+        lora = c.lora.model_dump(mode="json") if c.lora.enabled else None
+        return {
+            "created_by": "trainforge train",
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "task": self.name,
+            "base_model": c.model.model_name_or_path,
+            "base_model_path": str(self.base_dir),
+            "dataset": {
+                "train_file": c.data.train_file,
+                "validation_file": c.data.validation_file,
+                "test_file": c.data.test_file,
+                "max_seq_length": c.data.max_seq_length,
+                "packing": c.data.packing,
+                "splits": {name: s.as_dict() for name, s in self.data_stats.items()},
+            },
+            "lora": lora,
+            "config_hash": config_hash,
+            "global_step": global_step,
+            "metrics": metrics,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        }
+
+
+def resolve_base_model(config: RunConfig) -> Path:
+    """The base model folder; created by `models init` when init_arch says so."""
+    m = config.model
+    if not m.model_name_or_path:
+        raise UserError(
+            "model.model_name_or_path is not set: causal-lm needs a base model",
+            "pass --base-model models/NAME (or set model.model_name_or_path)",
+        )
+    path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
+    if not (path / "config.json").is_file() and m.init_arch:
+        from trainforge.models.hf_init import init_model
+
+        print(f"creating base model {path}: random {m.init_arch} {m.init_size}, tokenizer "
+              f"trained on {config.data.train_file}")  # fmt: skip
+        init_model(
+            path.name,
+            arch=m.init_arch,
+            size=m.init_size,
+            corpus=[Path(config.data.train_file or "")],
+            seed=config.training.seed,
+            dest=path,
+        )
+    return hf.check_model_dir(path)
+
+
+def _check_positions(model: nn.Module, max_seq_length: int) -> None:
+    cfg = model.config
+    limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if limit and max_seq_length > limit:
+        raise UserError(
+            f"data.max_seq_length = {max_seq_length}: the model has only {limit} positions",
+            f"set data.max_seq_length to {limit} or less",
+        )

@@ -1,0 +1,304 @@
+"""The JSON API behind every page action (described by the app's OpenAPI document).
+
+Run ids, model names and output names must be plain folder names (`settings.check_name`);
+anything else is a 400 before a path is built. Form problems are 422 with an `errors`
+mapping of dialog field -> messages (plus FastAPI's usual `detail` list). Progress streams
+are server-sent events read from the run folder's metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainforge.errors import UserError
+from trainforge.web.db import RunRecord
+from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
+from trainforge.web.model_list import list_models
+from trainforge.web.progress import METRICS_FILE, log_tail, read_records
+from trainforge.web.settings import is_plain_name
+from trainforge.web.state import AppState
+
+router = APIRouter(prefix="/api")
+_HEARTBEAT_S = 15.0
+_EVENT_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "event stream"}}
+
+
+class TrainRequest(BaseModel):
+    """The Train Model dialog's fields; empty ones keep the run config's value."""
+
+    model_config = ConfigDict(extra="forbid")
+    config: str = Field(description="Run config file under config/, e.g. config/vit_digits.yaml.")
+    output_name: str = Field(description="Run folder name (and output model name for causal-lm).")
+    task: Literal["image-classification", "causal-lm"] | None = None
+    base_model: str | None = Field(None, description="causal-lm: a folder name under models/.")
+    dataset: str | None = Field(
+        None, description="digits/cifar10/image-folder, or causal-lm's records file."
+    )
+    epochs: float | None = None
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    profile: str = "auto"
+    overrides: list[str] = Field(default_factory=list, description="KEY=VALUE config overrides.")
+    overwrite: bool = False
+
+
+class RunOut(BaseModel):
+    id: str
+    task: str
+    config: str
+    profile: str
+    status: Literal["running", "stopping", "stopped", "completed", "failed"]
+    message: str | None
+    pid: int | None
+    exit_code: int | None
+    attempts: int
+    argv: list[str]
+    output_model: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    step: int
+    epoch: float | None
+    total_steps: int | None
+    latest: dict[str, dict[str, Any]]
+    num_records: int
+    checkpoints: list[str]
+    interrupted_checkpoint: bool
+    report: str | None
+    resumable: bool
+
+
+class ErrorsOut(BaseModel):
+    detail: list[dict[str, Any]]
+    errors: dict[str, list[str]]
+
+
+def _state(request: Request) -> AppState:
+    return request.app.state.trainforge
+
+
+def _record(state: AppState, run_id: str) -> RunRecord:
+    if not is_plain_name(run_id):
+        raise HTTPException(400, f"run id {run_id!r} is not a plain name")
+    record = state.registry.get(run_id)
+    if record is None:
+        raise HTTPException(404, f"no run {run_id!r}")
+    return record
+
+
+def errors_response(errors: dict[str, list[str]]) -> JSONResponse:
+    detail = [
+        {"loc": ["body", field], "msg": message, "type": "value_error"}
+        for field, messages in errors.items()
+        for message in messages
+    ]
+    return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+
+
+@router.get("/train/defaults")
+def train_defaults(
+    request: Request, config: str | None = None, profile: str = "auto"
+) -> dict[str, Any]:
+    """What the Train Model dialog shows, read afresh from the config files."""
+    state = _state(request)
+    return defaults(state.settings, state.platform, config, profile)
+
+
+@router.post("/runs", status_code=201, responses={422: {"model": ErrorsOut}})
+def start_run(request: Request, body: TrainRequest) -> RunOut:
+    """Validate the dialog like the CLI does, then start `trainforge train` as a subprocess."""
+    state = _state(request)
+    form = TrainForm(**body.model_dump())
+    try:
+        resolved, argv = validate_form(state.settings, state.platform, form)
+    except FormErrors as err:
+        return errors_response(err.errors)  # type: ignore[return-value]
+    conflict = _name_conflict(state, form, resolved.config.task.kind == "causal-lm")
+    if conflict:
+        return errors_response({"output_name": [conflict]})  # type: ignore[return-value]
+    lm = resolved.config.task.kind == "causal-lm"
+    record = RunRecord(
+        id=form.output_name,
+        task=resolved.config.task.kind,
+        config=form.config,
+        profile=resolved.profile.name,
+        argv=argv,
+        form=body.model_dump(),
+        output_model=form.output_name if lm else None,
+    )
+    return RunOut(**state.run_view(state.runner.start(record)))
+
+
+def _name_conflict(state: AppState, form: TrainForm, lm: bool) -> str | None:
+    existing = state.registry.get(form.output_name)
+    if existing is not None and existing.active:
+        return f"run {form.output_name} is {existing.status}; pick another name"
+    if form.overwrite:
+        return None
+    run_dir = state.settings.run_dir(form.output_name)
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        return (
+            f"{state.settings.runs_dir}/{form.output_name} already has checkpoints; pick another "
+            "name, tick Overwrite, or Resume that run from the Runs page"
+        )
+    if lm and (state.settings.models_path / form.output_name).exists():
+        return (
+            f"model folder {state.settings.models_dir}/{form.output_name} already exists; "
+            "pick another name or tick Overwrite"
+        )
+    return None
+
+
+@router.get("/runs")
+def list_runs(request: Request) -> list[RunOut]:
+    state = _state(request)
+    return [RunOut(**state.run_view(r)) for r in state.registry.list()]
+
+
+@router.get("/runs/{run_id}", responses={400: {}, 404: {}})
+def get_run(request: Request, run_id: str) -> RunOut:
+    state = _state(request)
+    return RunOut(**state.run_view(_record(state, run_id)))
+
+
+@router.post("/runs/{run_id}/stop", status_code=202, responses={400: {}, 404: {}, 409: {}})
+def stop_run(request: Request, run_id: str) -> RunOut:
+    """SIGINT: the run finishes its step, saves checkpoint_interrupted and exits 130.
+    Asked again while it is stopping: SIGTERM."""
+    state = _state(request)
+    _record(state, run_id)
+    try:
+        record = state.runner.stop(run_id)
+    except UserError as err:
+        raise HTTPException(409, err.line()) from None
+    return RunOut(**state.run_view(record))
+
+
+@router.post("/runs/{run_id}/resume", status_code=202, responses={400: {}, 404: {}, 409: {}})
+def resume_run(request: Request, run_id: str) -> RunOut:
+    """Start the run again with `--resume auto` (its newest good checkpoint)."""
+    state = _state(request)
+    record = _record(state, run_id)
+    if not (state.settings.root / record.config).is_file():
+        raise HTTPException(409, f"the run's config {record.config} no longer exists")
+    try:
+        record = state.runner.resume(run_id)
+    except UserError as err:
+        raise HTTPException(409, err.line()) from None
+    return RunOut(**state.run_view(record))
+
+
+@router.get("/runs/{run_id}/metrics", responses={400: {}, 404: {}})
+def run_metrics(request: Request, run_id: str, offset: int = Query(0, ge=0)) -> dict[str, Any]:
+    """metrics.jsonl records after byte `offset`, and the offset to ask from next."""
+    state = _state(request)
+    record = _record(state, run_id)
+    path = state.settings.run_dir(record.id) / METRICS_FILE
+    records, end = read_records(path, offset)
+    return {"records": records, "offset": end}
+
+
+@router.get("/runs/{run_id}/log", responses={400: {}, 404: {}})
+def run_log(request: Request, run_id: str, lines: int = Query(40, ge=1, le=1000)) -> dict:
+    state = _state(request)
+    record = _record(state, run_id)
+    return {"lines": log_tail(state.runner.log_path(record.id), lines)}
+
+
+@router.get("/runs/{run_id}/events", response_class=StreamingResponse, responses=_EVENT_STREAM)
+async def run_events(
+    request: Request,
+    run_id: str,
+    offset: int = Query(0, ge=0),
+    last_event_id: str | None = Header(None),
+) -> StreamingResponse:
+    """Server-sent events: `metrics` (new metrics.jsonl records), `status` (the run),
+    `end` once the run is no longer active and every record was sent."""
+    state = _state(request)
+    record = _record(state, run_id)
+    if last_event_id and last_event_id.isdigit():
+        offset = int(last_event_id)
+    stream = _run_stream(request, state, record.id, offset)
+    return StreamingResponse(stream, media_type="text/event-stream", headers=_NO_BUFFER)
+
+
+_NO_BUFFER = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _sse(event: str, data: Any, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _run_stream(
+    request: Request, state: AppState, run_id: str, offset: int
+) -> AsyncIterator[str]:
+    path = state.settings.run_dir(run_id) / METRICS_FILE
+    last_status: str | None = None
+    beat = time.monotonic()
+    while not await request.is_disconnected():
+        record = state.registry.get(run_id)
+        if record is None:
+            return
+        records, offset = read_records(path, offset)
+        if records:
+            yield _sse("metrics", records, offset)
+        view = state.run_view(record)
+        status_key = json.dumps(
+            [view["status"], view["message"], view["attempts"], view["total_steps"]]
+        )
+        if status_key != last_status:
+            last_status = status_key
+            yield _sse("status", RunOut(**view).model_dump())
+        if not record.active:
+            records, offset = read_records(path, offset)  # what was written before the exit
+            if records:
+                yield _sse("metrics", records, offset)
+            yield _sse("end", {"status": record.status, "offset": offset})
+            return
+        if time.monotonic() - beat > _HEARTBEAT_S:
+            beat = time.monotonic()
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(state.settings.poll_interval_s)
+
+
+@router.get("/events", response_class=StreamingResponse, responses=_EVENT_STREAM)
+async def events(request: Request) -> StreamingResponse:
+    """Server-sent `runs` events whenever a run starts, stops, completes or fails."""
+    state = _state(request)
+
+    async def stream() -> AsyncIterator[str]:
+        seen: dict[str, str] | None = None
+        beat = time.monotonic()
+        while not await request.is_disconnected():
+            now = {r.id: r.status for r in state.registry.list()}
+            if now != seen:
+                changed = [k for k, v in now.items() if seen is None or seen.get(k) != v]
+                seen = now
+                yield _sse("runs", {"runs": now, "changed": changed})
+            elif time.monotonic() - beat > _HEARTBEAT_S:
+                beat = time.monotonic()
+                yield ": keep-alive\n\n"
+            await asyncio.sleep(state.settings.poll_interval_s)
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=_NO_BUFFER)
+
+
+@router.get("/models")
+def models(request: Request) -> list[dict[str, Any]]:
+    """Hugging Face folders under models/: size, architecture, trainforge.json summary."""
+    return list_models(_state(request).settings.models_path)
+
+
+@router.get("/system")
+def system(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    return {**state.system.facts(), "telemetry": state.system.telemetry()}

@@ -1,0 +1,218 @@
+"""The app factory: pages (Jinja2, rendered on the server), the JSON API, the access guard.
+
+`create_app(settings)` builds one FastAPI app; `trainforge serve` runs it under uvicorn.
+Pages carry their data in the HTML and a little plain JavaScript (static/, no build step)
+adds the dialog, the live charts and refreshes.
+
+The access guard runs before every request. With a token configured, a request must carry
+it (`Authorization: Bearer TOKEN`, or the cookie that /login sets, which holds a hash of the
+token, not the token); only the login page and its form are open. The token is never put
+in a URL, so access logs never see it. Unsafe methods from another site's page (an Origin
+header that is not this host) are refused, and a loopback bind without a token accepts
+only loopback Host headers, so a web page cannot reach the app through DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from trainforge import __version__
+from trainforge.hardware import Platform
+from trainforge.web import api
+from trainforge.web.model_list import human_bytes, list_models
+from trainforge.web.progress import REPORT_FILE
+from trainforge.web.settings import WebSettings
+from trainforge.web.state import AppState
+
+HERE = Path(__file__).parent
+COOKIE = "trainforge_token"
+OPEN_PATHS = ("/login", "/api/login")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(f"trainforge-web:{token}".encode()).hexdigest()
+
+
+class AccessGuard:
+    """Pure ASGI middleware (works for streaming responses too)."""
+
+    def __init__(self, app: ASGIApp, settings: WebSettings) -> None:
+        self.app = app
+        self.token = settings.token
+        self.cookie_value = token_hash(settings.token) if settings.token else None
+        self.allowed_hosts = settings.allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
+        host = headers.get("host", "")
+        if self.allowed_hosts is not None and _hostname(host) not in self.allowed_hosts:
+            return JSONResponse({"detail": "unknown Host header"}, status_code=400)
+        origin = headers.get("origin")
+        if scope["method"] not in SAFE_METHODS and origin and urlsplit(origin).netloc != host:
+            return JSONResponse({"detail": "cross-site request refused"}, status_code=403)
+        if self.token is None or scope["path"] in OPEN_PATHS:
+            return None
+        if self._authorised(headers):
+            return None
+        if scope["path"].startswith("/api/") or scope["path"] == "/openapi.json":
+            return JSONResponse(
+                {"detail": "access token required"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return HTMLResponse(_login_page(), status_code=401)
+
+    def _authorised(self, headers: Headers) -> bool:
+        assert self.token is not None and self.cookie_value is not None
+        auth = headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            return hmac.compare_digest(auth[7:].strip().encode(), self.token.encode())
+        for part in headers.get("cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE:
+                return hmac.compare_digest(value.encode(), self.cookie_value.encode())
+        return False
+
+
+def _hostname(host: str) -> str:
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _login_page() -> str:
+    return (HERE / "templates" / "login.html").read_text(encoding="utf-8")
+
+
+class LoginRequest(BaseModel):
+    token: str
+
+
+def create_app(settings: WebSettings | None = None, platform: Platform | None = None) -> FastAPI:
+    settings = settings or WebSettings()
+    state = AppState.create(settings, platform)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        state.system.close()
+
+    app = FastAPI(
+        title="trainforge",
+        version=__version__,
+        description="Launch, watch and stop training runs. Every page action is an API call.",
+        lifespan=lifespan,
+    )
+    app.state.trainforge = state
+    app.add_middleware(AccessGuard, settings=settings)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.include_router(api.router)
+    _add_error_handlers(app)
+    _add_login(app, settings)
+    _add_pages(app, state)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors: dict[str, list[str]] = {}
+        for item in exc.errors():
+            loc = [str(p) for p in item.get("loc", ()) if p != "body"]
+            errors.setdefault(loc[0] if loc else "_form", []).append(str(item.get("msg")))
+        detail = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg")),
+                "type": str(e.get("type")),
+            }
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+
+
+def _add_login(app: FastAPI, settings: WebSettings) -> None:
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_page() -> HTMLResponse:
+        return HTMLResponse(_login_page())
+
+    @app.post("/api/login", status_code=204, responses={401: {}})
+    def login(body: LoginRequest) -> Response:
+        """Exchange the access token for a session cookie (a hash of the token)."""
+        token = settings.token
+        if token is None:
+            return Response(status_code=204)
+        if not hmac.compare_digest(body.token.encode(), token.encode()):
+            raise HTTPException(401, "wrong access token")
+        response = Response(status_code=204)
+        response.set_cookie(COOKIE, token_hash(token), httponly=True, samesite="strict")
+        return response
+
+
+def _add_pages(app: FastAPI, state: AppState) -> None:
+    templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.filters["bytes"] = human_bytes
+
+    def page(request: Request, name: str, active: str, **context: Any) -> HTMLResponse:
+        context.update(active=active, version=__version__, platform=state.platform)
+        return templates.TemplateResponse(request, name, context)
+
+    @app.get("/", include_in_schema=False)
+    def home() -> RedirectResponse:
+        return RedirectResponse("/runs", status_code=303)
+
+    @app.get("/runs", response_class=HTMLResponse, include_in_schema=False)
+    def runs_page(request: Request, dialog: str | None = None) -> HTMLResponse:
+        runs = [state.run_view(r) for r in state.registry.list()]
+        return page(request, "runs.html", "runs", runs=runs, open_dialog=dialog == "open")
+
+    @app.get("/train", include_in_schema=False)
+    def train_page() -> RedirectResponse:
+        return RedirectResponse("/runs?dialog=open", status_code=303)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    def run_page(request: Request, run_id: str) -> HTMLResponse:
+        record = api._record(state, run_id)
+        return page(request, "run.html", "runs", run=state.run_view(record))
+
+    @app.get("/runs/{run_id}/report", include_in_schema=False)
+    def run_report(run_id: str) -> FileResponse:
+        record = api._record(state, run_id)
+        path = state.settings.run_dir(record.id) / REPORT_FILE
+        if not path.is_file():
+            raise HTTPException(404, f"run {run_id} has no {REPORT_FILE} yet")
+        return FileResponse(path, media_type="text/html")
+
+    @app.get("/models", response_class=HTMLResponse, include_in_schema=False)
+    def models_page(request: Request) -> HTMLResponse:
+        models = list_models(state.settings.models_path)
+        return page(request, "models.html", "models", models=models)
+
+    @app.get("/system", response_class=HTMLResponse, include_in_schema=False)
+    def system_page(request: Request) -> HTMLResponse:
+        return page(request, "system.html", "system", facts=state.system.facts())

@@ -1,0 +1,151 @@
+"""The run registry: one SQLite table of runs, so the history survives a server restart.
+
+A run's id is its folder name under runs/. SQLite ships with Python and needs no server;
+each call opens its own short connection (WAL mode), so request threads, the watcher
+threads of running processes and a restarted server share the file safely. `version`
+counts changes made by this process, which the pages' event stream watches.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVE = ("running", "stopping")
+STATUSES = ("running", "stopping", "stopped", "completed", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    config TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    form TEXT NOT NULL,
+    output_model TEXT,
+    status TEXT NOT NULL,
+    pid INTEGER,
+    pid_started REAL,
+    exit_code INTEGER,
+    message TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+)
+"""
+
+
+@dataclass
+class RunRecord:
+    id: str
+    task: str
+    config: str
+    profile: str
+    argv: list[str]
+    form: dict[str, Any]
+    output_model: str | None = None
+    status: str = "running"
+    pid: int | None = None
+    pid_started: float | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    attempts: int = 0
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunRegistry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.version = 0
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        db.row_factory = sqlite3.Row
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def _changed(self) -> None:
+        with self._lock:
+            self.version += 1
+
+    def get(self, run_id: str) -> RunRecord | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _record(row) if row else None
+
+    def list(self) -> list[RunRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM runs ORDER BY created_at DESC").fetchall()
+        return [_record(r) for r in rows]
+
+    def active(self) -> list[RunRecord]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM runs WHERE status IN (?, ?)", ACTIVE).fetchall()
+        return [_record(r) for r in rows]
+
+    def save(self, record: RunRecord) -> None:
+        """Insert or replace the whole record (a new run, or a finished one started again)."""
+        data = record.to_dict()
+        data["argv"] = json.dumps(record.argv)
+        data["form"] = json.dumps(record.form)
+        names = ", ".join(data)
+        marks = ", ".join("?" for _ in data)
+        with self._connect() as db:
+            db.execute(
+                f"INSERT OR REPLACE INTO runs ({names}) VALUES ({marks})", tuple(data.values())
+            )
+        self._changed()
+
+    def update(self, run_id: str, **values: Any) -> None:
+        unknown = set(values) - set(RunRecord.__dataclass_fields__)
+        assert not unknown, f"unknown run fields {unknown}"
+        sets = ", ".join(f"{k} = ?" for k in values)
+        with self._connect() as db:
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*values.values(), run_id))
+        self._changed()
+
+    def finish_if_active(self, run_id: str, **values: Any) -> bool:
+        """Record the end of a run unless something else already did (one writer wins)."""
+        sets = ", ".join(f"{k} = ?" for k in values)
+        with self._connect() as db:
+            cursor = db.execute(
+                f"UPDATE runs SET {sets} WHERE id = ? AND status IN (?, ?)",
+                (*values.values(), run_id, *ACTIVE),
+            )
+            changed = cursor.rowcount > 0
+        if changed:
+            self._changed()
+        return changed
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    data = dict(row)
+    data["argv"] = json.loads(data["argv"])
+    data["form"] = json.loads(data["form"])
+    return RunRecord(**data)

@@ -1,0 +1,321 @@
+"""The Train Model dialog: its defaults (read afresh from the config files each time it
+opens) and the validation of what the user submits, with the CLI's own validator.
+
+Defaults come from `trainforge.config.load` on the chosen run config with the detected
+platform's profile (on a Jetson: config/jetson_training.json and jetson-orin), so the
+dialog shows exactly what `trainforge train CONFIG` would use. A submission becomes the
+argument list of `trainforge train` (every dialog field as a `--set`), is validated by
+`trainforge.config.validate` with those same arguments, and each error line is placed
+beside the field whose config path it names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from trainforge.config import ConfigError, ResolvedConfig, load, validate
+from trainforge.errors import UserError
+from trainforge.hardware import Platform, pick_profile
+from trainforge.profiles import list_profiles
+from trainforge.web.model_list import list_model_names
+from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
+
+TASKS = ("image-classification", "causal-lm")
+IMAGE_DATASETS = ("digits", "cifar10", "image-folder")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+# Config path -> the dialog field that sets it (errors naming the path go beside the field).
+FIELD_PATHS = {
+    "training.num_train_epochs": "epochs",
+    "optimizer.learning_rate": "learning_rate",
+    "training.per_device_train_batch_size": "batch_size",
+    "data.train_file": "dataset",
+    "data.dataset": "dataset",
+    "model.model_name_or_path": "base_model",
+    "output.run_name": "output_name",
+    "output.model_name": "output_name",
+    "task.kind": "task",
+    "model.arch": "task",
+    "profile": "profile",
+}
+# Fields the dialog owns or the server decides: not settable through the overrides box.
+RESERVED_PREFIXES = (
+    "output.",
+    "profile",
+    "data.root",
+    "data.train_file",
+    "data.validation_file",
+    "data.test_file",
+    "hardware.swap_directory",
+    "model.model_name_or_path",
+)
+
+
+@dataclass
+class TrainForm:
+    config: str
+    output_name: str
+    task: str | None = None
+    base_model: str | None = None
+    dataset: str | None = None
+    epochs: float | None = None
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    profile: str = "auto"
+    overrides: list[str] = field(default_factory=list)
+    overwrite: bool = False
+
+
+class FormErrors(Exception):
+    """Field name -> messages; `_form` holds those that belong to no single field."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(m for ms in errors.values() for m in ms))
+
+
+def config_files(settings: WebSettings) -> list[str]:
+    folder = settings.config_path
+    if not folder.is_dir():
+        return []
+    return sorted(
+        f"{settings.config_dir}/{p.name}"
+        for p in folder.iterdir()
+        if p.is_file() and p.suffix in CONFIG_SUFFIXES and not p.name.startswith(".")
+    )
+
+
+def default_config(settings: WebSettings, platform: Platform) -> str | None:
+    files = config_files(settings)
+    preferred = "jetson_training.json" if platform.kind == "jetson" else "vit_digits.yaml"
+    for name in files:
+        if name.endswith("/" + preferred):
+            return name
+    return files[0] if files else None
+
+
+def _config_path(settings: WebSettings, config: str) -> Path:
+    if config not in config_files(settings):
+        raise FormErrors({"config": [f"{config!r} is not a run config in {settings.config_dir}/"]})
+    return settings.root / config
+
+
+def _load(settings: WebSettings, platform: Platform, config: str, profile: str) -> ResolvedConfig:
+    return load(
+        _config_path(settings, config),
+        profile=None if profile == "auto" else profile,
+        pick_auto_profile=lambda: pick_profile(platform),
+    )
+
+
+def defaults(
+    settings: WebSettings, platform: Platform, config: str | None, profile: str = "auto"
+) -> dict[str, Any]:
+    """Everything the dialog shows for `config` (None: the platform's default config)."""
+    detected, reason = pick_profile(platform)
+    config = config or default_config(settings, platform)
+    out: dict[str, Any] = {
+        "choices": {
+            "configs": config_files(settings),
+            "profiles": ["auto", *list_profiles()],
+            "tasks": list(TASKS),
+            "models": list_model_names(settings.models_path),
+            "image_datasets": list(IMAGE_DATASETS),
+        },
+        "detected": {"platform": platform.describe()[0], "profile": detected, "reason": reason},
+        "values": {"config": config},
+        "errors": {},
+    }
+    if config is None:
+        out["errors"] = {"config": [f"no run config files in {settings.config_dir}/"]}
+        return out
+    try:
+        resolved = _load(settings, platform, config, profile)
+    except FormErrors as err:
+        out["errors"] = err.errors
+        return out
+    except UserError as err:
+        label = str(settings.root / config)
+        out["errors"] = place_errors([x.replace(label, config) for x in _lines(err)], [])
+        return out
+    out["values"] = _values(settings, config, resolved)
+    prof = resolved.profile
+    out["profile"] = {
+        "name": prof.name,
+        "reason": resolved.profile_reason,
+        "description": prof.description,
+        "notes": prof.notes,
+        "guide": prof.guide,
+    }
+    out["notes"] = resolved.config.notes
+    return out
+
+
+def _values(settings: WebSettings, config: str, resolved: ResolvedConfig) -> dict[str, Any]:
+    c = resolved.config
+    lm = c.task.kind == "causal-lm"
+    base = c.model.model_name_or_path
+    if base:
+        path = PurePosixPath(base)
+        base = path.name if str(path.parent) in (".", settings.models_dir) else base
+    stem = Path(config).stem.replace("_", "-")
+    suggested = c.output.model_name or c.output.run_name or (f"{stem}-tuned" if lm else stem)
+    return {
+        "config": config,
+        "task": c.task.kind,
+        "base_model": base,
+        "dataset": c.data.train_file if lm else c.data.dataset,
+        "epochs": c.training.num_train_epochs,
+        "learning_rate": c.optimizer.learning_rate,
+        "batch_size": c.training.per_device_train_batch_size,
+        "output_name": unused_name(settings, suggested),
+        "profile": resolved.profile.name,
+    }
+
+
+def unused_name(settings: WebSettings, name: str) -> str:
+    """`name`, or `name-2`, `name-3`, ... when a run or model folder already has it."""
+    if not is_plain_name(name):
+        name = "run"
+
+    def taken(candidate: str) -> bool:
+        return (settings.runs_path / candidate).exists() or (
+            settings.models_path / candidate
+        ).exists()
+
+    if not taken(name):
+        return name
+    return next(f"{name}-{i}" for i in range(2, 10_000) if not taken(f"{name}-{i}"))
+
+
+# ---------------------------------------------------------------------- submission
+def build_arguments(settings: WebSettings, form: TrainForm) -> tuple[list[str], list[str]]:
+    """(the `--set` overrides, the full `trainforge train` argument list) for a form."""
+    errors = _check_form(settings, form)
+    if errors:
+        raise FormErrors(errors)
+    quoted = json.dumps  # a YAML string whatever the text looks like
+    sets: list[str] = []
+    task = form.task
+    if task == "causal-lm":
+        sets += ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text"]
+        if form.dataset:
+            sets.append(f"data.train_file={quoted(form.dataset)}")
+        if form.base_model:
+            path = f"{settings.models_dir}/{form.base_model}"
+            sets.append(f"model.model_name_or_path={quoted(path)}")
+        sets.append(f"output.model_name={quoted(form.output_name)}")
+    elif task == "image-classification":
+        sets.append("task.kind=image-classification")
+        if form.dataset:
+            sets.append(f"data.dataset={quoted(form.dataset)}")
+    for path, value in (
+        ("training.num_train_epochs", form.epochs),
+        ("optimizer.learning_rate", form.learning_rate),
+        ("training.per_device_train_batch_size", form.batch_size),
+    ):
+        if value is not None:
+            sets.append(f"{path}={_number(value)}")
+    sets += [
+        f"output.run_name={quoted(form.output_name)}",
+        f"output.dir={quoted(settings.runs_dir)}",
+        f"output.models_dir={quoted(settings.models_dir)}",
+        *form.overrides,
+    ]
+    argv = [form.config, "--profile", form.profile]
+    for item in sets:
+        argv += ["--set", item]
+    if form.overwrite:
+        argv.append("--overwrite")
+    return sets, argv
+
+
+def _number(value: float) -> str:
+    """A number as YAML reads it back: 40.0 -> 40, 1e-05 -> 1e-05 (a float for pydantic)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
+    """The checks the config validator cannot make: names, files, the overrides box."""
+    errors: dict[str, list[str]] = {}
+
+    def add(name: str, message: str) -> None:
+        errors.setdefault(name, []).append(message)
+
+    if form.config not in config_files(settings):
+        add("config", f"{form.config!r} is not a run config in {settings.config_dir}/")
+    if not is_plain_name(form.output_name):
+        add("output_name", f"{form.output_name!r} is not a plain name; use {NAME_RULE}")
+    if form.task is not None and form.task not in TASKS:
+        add("task", f"{form.task!r} is not one of {', '.join(TASKS)}")
+    if form.profile not in ("auto", *list_profiles()):
+        add("profile", f"unknown profile {form.profile!r}; pick one of the list")
+    if form.base_model is not None and form.task == "causal-lm":
+        if not is_plain_name(form.base_model):
+            add("base_model", f"{form.base_model!r} is not a plain name; use {NAME_RULE}")
+        elif form.base_model not in list_model_names(settings.models_path):
+            add("base_model", f"no model folder {settings.models_dir}/{form.base_model}")
+    if form.dataset is not None and form.task == "causal-lm":
+        problem = _dataset_problem(settings.root, form.dataset)
+        if problem:
+            add("dataset", problem)
+    for item in form.overrides:
+        key, sep, _ = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            add("overrides", f"{item!r} is not KEY=VALUE, e.g. training.max_steps=100")
+        elif key.startswith(RESERVED_PREFIXES):
+            add("overrides", f"{key} is set by the dialog or the server, not here")
+    return errors
+
+
+def _dataset_problem(root: Path, dataset: str) -> str | None:
+    path = PurePosixPath(dataset)
+    if not dataset.strip() or path.is_absolute() or ".." in path.parts or "\\" in dataset:
+        return f"{dataset!r}: give a path inside the project folder, e.g. example_datasets/x.json"
+    if not (root / dataset).is_file():
+        return f"{dataset!r}: no such file in the project folder"
+    return None
+
+
+def validate_form(
+    settings: WebSettings, platform: Platform, form: TrainForm
+) -> tuple[ResolvedConfig, list[str]]:
+    """The resolved config and the `trainforge train` arguments, or FormErrors."""
+    sets, argv = build_arguments(settings, form)
+    path = settings.root / form.config
+    try:
+        resolved = validate(
+            path,
+            platform=platform,
+            profile=None if form.profile == "auto" else form.profile,
+            overrides=sets,
+        )
+    except UserError as err:
+        raise FormErrors(place_errors(_lines(err), form.overrides, str(path))) from None
+    return resolved, argv
+
+
+def _lines(err: UserError) -> list[str]:
+    return err.lines if isinstance(err, ConfigError) else [err.line()]
+
+
+def place_errors(
+    lines: list[str], overrides: list[str], label: str | None = None
+) -> dict[str, list[str]]:
+    """Each error line beside the field whose config path it names (earliest mention)."""
+    override_keys = [item.partition("=")[0].strip() for item in overrides]
+    errors: dict[str, list[str]] = {}
+    for line in lines:
+        text = line.removeprefix(f"{label}: ") if label else line
+        spots = [(text.find(p), f) for p, f in FIELD_PATHS.items() if p in text]
+        spots += [(text.find(k), "overrides") for k in override_keys if k and k in text]
+        target = min(spots)[1] if spots else "_form"
+        if "--set" in text and not spots:
+            target = "overrides"
+        errors.setdefault(target, []).append(text)
+    return errors

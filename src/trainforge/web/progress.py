@@ -1,0 +1,134 @@
+"""What a run folder says about a run: metrics.jsonl records, checkpoints, summary, report.
+
+The trainer appends one JSON line per logging point to runs/NAME/metrics.jsonl (split
+`train` or `val`, plus `telemetry` records when sampled) and flushes each line, so the
+file is read incrementally from a byte offset; a line without its newline is still being
+written and waits for the next read. `MetricsCache` keeps the latest record per split for
+the status endpoint, reading only the bytes added since the last call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+INTERRUPTED_CHECKPOINT = "checkpoint_interrupted"
+# The trainer's start line: "... steps: 920 (23/epoch)".
+_TOTAL_STEPS_RE = re.compile(rb"steps: (\d+) \((\d+)/epoch\)")
+_MAX_READ = 4 * 1024 * 1024
+
+
+def read_records(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Complete JSON lines after byte `offset`, and the offset after the last one.
+
+    A file shorter than `offset` was replaced (a run started again with overwrite): it is
+    read from the start.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return [], 0
+    if size < offset:
+        offset = 0
+    if size == offset:
+        return [], offset
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        data = fh.read(min(size - offset, _MAX_READ))
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    records = []
+    for line in data[: end + 1].splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a damaged line (e.g. a crash mid-write long ago): skip it
+        if isinstance(record, dict):
+            records.append(record)
+    return records, offset + end + 1
+
+
+@dataclass
+class Latest:
+    offset: int = 0
+    count: int = 0
+    by_split: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class MetricsCache:
+    """Latest record per split for every run, updated from the bytes added since last time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[Path, Latest] = {}
+
+    def latest(self, run_dir: Path) -> Latest:
+        path = run_dir / METRICS_FILE
+        with self._lock:
+            state = self._runs.setdefault(path, Latest())
+            records, offset = read_records(path, state.offset)
+            if offset < state.offset:  # the file was replaced
+                state = self._runs[path] = Latest()
+            for record in records:
+                state.by_split[str(record.get("split", "train"))] = record
+            state.count += len(records)
+            state.offset = offset
+            return Latest(state.offset, state.count, dict(state.by_split))
+
+
+def checkpoints(run_dir: Path) -> list[str]:
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def summary_since(run_dir: Path, since: float | None) -> dict[str, Any] | None:
+    """summary.json when it was written after `since` (this attempt), else None."""
+    path = run_dir / SUMMARY_FILE
+    try:
+        if since is not None and path.stat().st_mtime < since - 1.0:
+            return None
+    except OSError:
+        return None
+    return read_summary(run_dir)
+
+
+def total_steps(log_path: Path) -> int | None:
+    """Optimizer steps the run will take, from the trainer's start line in its log."""
+    try:
+        with log_path.open("rb") as fh:
+            data = fh.read(256 * 1024)
+    except OSError:
+        return None
+    found = _TOTAL_STEPS_RE.findall(data)
+    return int(found[-1][0]) if found else None
+
+
+def log_tail(log_path: Path, max_lines: int = 40) -> list[str]:
+    """The last lines of a run's output, progress-bar redraws removed."""
+    try:
+        size = log_path.stat().st_size
+        with log_path.open("rb") as fh:
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in data.splitlines()]
+    return [line for line in lines if line][-max_lines:]

@@ -1,0 +1,209 @@
+"""Training runs as subprocesses: start, stop, resume, and notice when one ends or vanishes.
+
+Each attempt is `trainforge train CONFIG ARGS [--resume auto]` in its own session (so a
+Ctrl+C in the server's terminal does not reach it), with stdout and stderr in a log file
+beside the database. A watcher thread waits for the exit code and records the outcome; a
+crashed run is a failed record, never a problem for the server. Runs still going when the
+server restarts are adopted by pid (checked against the process's start time, so a reused
+pid is not mistaken for the run) and polled; a run whose process is gone is judged from its
+run folder, and without a summary from this attempt it is marked failed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from trainforge.errors import UserError
+from trainforge.web.db import RunRecord, RunRegistry
+from trainforge.web.progress import INTERRUPTED_CHECKPOINT, log_tail, summary_since
+from trainforge.web.settings import TOKEN_ENV, WebSettings
+
+STOP_CODES = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM"}
+_ADOPT_POLL_S = 1.0
+
+
+class Runner:
+    def __init__(self, settings: WebSettings, registry: RunRegistry) -> None:
+        self.settings = settings
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._children: dict[str, subprocess.Popen] = {}
+        self._watched: set[str] = set()
+        settings.logs_path.mkdir(parents=True, exist_ok=True)
+
+    def log_path(self, run_id: str) -> Path:
+        return self.settings.logs_path / f"{run_id}.log"
+
+    # ------------------------------------------------------------------ start / stop
+    def start(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
+        """Launch an attempt of `record` (saved first when new) and watch it."""
+        argv = [*self.settings.train_command, *record.argv]
+        if resume:
+            argv += ["--resume", "auto"]
+        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # never hand it on
+        env["PYTHONUNBUFFERED"] = "1"
+        log = self.log_path(record.id)
+        with self._lock, log.open("ab") as out:
+            out.write(f"$ trainforge train {' '.join(record.argv)}".encode() + b"\n")
+            out.flush()
+            process = subprocess.Popen(
+                argv,
+                cwd=self.settings.root,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            self._children[record.id] = process
+        record.status, record.pid, record.exit_code, record.message = (
+            "running",
+            process.pid,
+            None,
+            None,
+        )
+        record.pid_started = _create_time(process.pid)
+        record.attempts += 1
+        record.started_at, record.finished_at = time.time(), None
+        self.registry.save(record)
+        threading.Thread(
+            target=self._wait_child, args=(record.id, process), name=f"run-{record.id}", daemon=True
+        ).start()
+        return record
+
+    def stop(self, run_id: str) -> RunRecord:
+        """SIGINT (the trainer checkpoints and exits 130); asked again while stopping, SIGTERM."""
+        record = self._require(run_id)
+        if not record.active or record.pid is None:
+            raise UserError(f"run {run_id} is {record.status}, not running", "nothing to stop")
+        sig = signal.SIGINT if record.status == "running" else signal.SIGTERM
+        if not self._alive(record):
+            self.reconcile()
+            raise UserError(f"run {run_id}: its process has already ended", "reload the page")
+        try:
+            os.kill(record.pid, sig)
+        except ProcessLookupError:
+            self.reconcile()
+            raise UserError(
+                f"run {run_id}: its process has already ended", "reload the page"
+            ) from None
+        self.registry.update(run_id, status="stopping", message=f"{sig.name} sent")
+        return self._require(run_id)
+
+    def resume(self, run_id: str) -> RunRecord:
+        record = self._require(run_id)
+        if record.active:
+            raise UserError(f"run {run_id} is still {record.status}", "stop it first")
+        if record.status == "completed":
+            raise UserError(f"run {run_id} has completed", "start a new run from Train Model")
+        return self.start(record, resume=True)
+
+    def _require(self, run_id: str) -> RunRecord:
+        record = self.registry.get(run_id)
+        if record is None:
+            raise KeyError(run_id)
+        return record
+
+    # ------------------------------------------------------------------ watching
+    def _wait_child(self, run_id: str, process: subprocess.Popen) -> None:
+        code = process.wait()
+        with self._lock:
+            if self._children.get(run_id) is process:
+                del self._children[run_id]
+        self._record_end(run_id, code, process.pid)
+
+    def reconcile(self) -> None:
+        """Adopt live runs this server did not start; mark vanished ones. Call at start-up."""
+        for record in self.registry.active():
+            with self._lock:
+                mine = record.id in self._children or record.id in self._watched
+            if mine:
+                continue
+            if self._alive(record):
+                with self._lock:
+                    self._watched.add(record.id)
+                threading.Thread(
+                    target=self._poll_adopted,
+                    args=(record,),
+                    name=f"adopt-{record.id}",
+                    daemon=True,
+                ).start()
+            else:
+                self._record_end(record.id, None, record.pid)
+
+    def _poll_adopted(self, record: RunRecord) -> None:
+        while self._alive(record):
+            time.sleep(_ADOPT_POLL_S)
+        with self._lock:
+            self._watched.discard(record.id)
+        self._record_end(record.id, None, record.pid)
+
+    def _alive(self, record: RunRecord) -> bool:
+        if record.pid is None:
+            return False
+        with self._lock:
+            child = self._children.get(record.id)
+        if child is not None and child.pid == record.pid:
+            return child.poll() is None
+        try:
+            process = psutil.Process(record.pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return False
+            started = process.create_time()
+        except psutil.Error:
+            return False
+        return record.pid_started is None or abs(started - record.pid_started) < 1.0
+
+    def _record_end(self, run_id: str, code: int | None, pid: int | None) -> None:
+        record = self.registry.get(run_id)
+        if record is None or record.pid != pid:
+            return  # a newer attempt owns the record
+        status, message = self._outcome(record, code)
+        self.registry.finish_if_active(
+            run_id, status=status, exit_code=code, message=message, finished_at=time.time()
+        )
+
+    def _outcome(self, record: RunRecord, code: int | None) -> tuple[str, str]:
+        run_dir = self.settings.run_dir(record.id)
+        if code == 0:
+            return "completed", "finished"
+        if code in STOP_CODES:
+            saved = (run_dir / "checkpoints" / INTERRUPTED_CHECKPOINT).is_dir()
+            where = f"checkpoint {INTERRUPTED_CHECKPOINT} saved" if saved else "no checkpoint yet"
+            return "stopped", f"stopped by {STOP_CODES[code]}; {where}"
+        if code is None:  # not our child: judge by the run folder
+            summary = summary_since(run_dir, record.started_at)
+            if summary is not None and summary.get("interrupted"):
+                return "stopped", f"stopped ({summary.get('signal') or 'signal'})"
+            if summary is not None:
+                return "completed", str(summary.get("stop_reason") or "finished")
+            return "failed", "the training process vanished without finishing"
+        if code < 0 and record.status == "stopping" and -code in (signal.SIGINT, signal.SIGTERM):
+            # Stopped while Python was still starting, before the trainer's handler existed.
+            return "stopped", f"stopped by {_signal_name(-code)} before training began"
+        if code < 0:
+            return "failed", f"killed by {_signal_name(-code)}"
+        lines = log_tail(self.log_path(record.id), 12)
+        last = next((line for line in reversed(lines) if not line.startswith(" ")), None)
+        return "failed", f"exit code {code}" + (f": {last}" if last else "")
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,84 @@
+"""`trainforge serve`: check the bind address and token, then run the app under uvicorn."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from trainforge.errors import UserError
+from trainforge.web.settings import TOKEN_ENV, WebSettings, is_loopback, resolve_token
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def require_web_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import jinja2  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise UserError(
+            f"the web app needs the web extra ({err.name} is missing)",
+            "pip install 'trainforge[web]'",
+        ) from None
+
+
+def build_settings(
+    host: str,
+    token: str | None,
+    *,
+    db: Path | None = None,
+    runs_dir: str = "runs",
+    models_dir: str = "models",
+    fixture: Path | None = None,
+) -> WebSettings:
+    """Settings for a bind address; refuses a non-loopback bind without an access token."""
+    token = resolve_token(token)
+    if not is_loopback(host) and token is None:
+        raise UserError(
+            f"--host {host} is not a loopback address and no access token is set: anyone on "
+            "the network could start and stop training",
+            f"pass --token TOKEN or set {TOKEN_ENV} (the environment keeps it out of `ps`), "
+            "or bind to 127.0.0.1",
+        )
+    return WebSettings(
+        runs_dir=runs_dir,
+        models_dir=models_dir,
+        db_path=db,
+        token=token,
+        fixture=fixture,
+        allowed_hosts=LOOPBACK_HOSTS if token is None else None,
+    )
+
+
+def _check_port(host: str, port: int) -> None:
+    """One clear line for a port in use, before the app starts (uvicorn would exit 1)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise UserError(f"--host {host}: {err}", "pass an address of this machine") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise UserError(
+                f"cannot listen on {host}:{port}: {err.strerror}", "pick another --port"
+            ) from None
+
+
+def serve(host: str, port: int, token: str | None, **options) -> None:
+    require_web_extra()
+    settings = build_settings(host, token, **options)
+    import uvicorn
+
+    from trainforge.web.app import create_app
+
+    _check_port(host, port)
+    app = create_app(settings)
+    shown = f"[{host}]" if ":" in host else host
+    guard = " (access token required)" if settings.token else ""
+    print(f"trainforge web app: http://{shown}:{port}/{guard}", flush=True)
+    print(f"runs database: {settings.db_path}", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,104 @@
+"""What a server instance works on: folders, database, access token, and safe names.
+
+Every name that reaches a path (run ids, output names, model names) passes `check_name`:
+a plain folder name, so `../`, absolute paths and their encoded forms never leave the
+folders the server owns.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainforge.errors import UserError
+
+TOKEN_ENV = "TRAINFORGE_WEB_TOKEN"
+DB_ENV = "TRAINFORGE_WEB_DB"
+# Letters, digits, '.', '_' and '-', starting with a letter or digit: never '..', '/', '\'.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+NAME_RULE = "letters, digits, '.', '_' and '-' (no '/', '\\', '..', leading '.'), e.g. my-run"
+
+
+def is_plain_name(name: str) -> bool:
+    return bool(NAME_RE.fullmatch(name)) and ".." not in name
+
+
+def check_name(name: str, what: str) -> str:
+    """`name` if it is a plain folder name, else a UserError naming `what`."""
+    if not isinstance(name, str) or not is_plain_name(name):
+        raise UserError(f"{what} {name!r} is not a plain name", f"use {NAME_RULE}")
+    return name
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class WebSettings:
+    """Folders are relative to `root` (the project folder the server was started in)."""
+
+    root: Path = field(default_factory=Path.cwd)
+    runs_dir: str = "runs"
+    models_dir: str = "models"
+    config_dir: str = "config"
+    db_path: Path | None = None
+    token: str | None = None
+    fixture: Path | None = None
+    train_command: list[str] = field(
+        default_factory=lambda: [sys.executable, "-m", "trainforge", "train"]
+    )
+    poll_interval_s: float = 0.5
+    telemetry_interval_s: float = 2.0
+    # Host header values accepted (None: any). `serve` sets the loopback names on a loopback
+    # bind without a token, so another site cannot reach the app through DNS rebinding.
+    allowed_hosts: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+        if self.db_path is None:
+            env = os.environ.get(DB_ENV)
+            self.db_path = Path(env) if env else self.runs_path / ".trainforge-web" / "runs.db"
+        self.db_path = (self.root / self.db_path).resolve()
+
+    @property
+    def runs_path(self) -> Path:
+        return self.root / self.runs_dir
+
+    @property
+    def models_path(self) -> Path:
+        return self.root / self.models_dir
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / self.config_dir
+
+    @property
+    def logs_path(self) -> Path:
+        assert self.db_path is not None
+        return self.db_path.parent / "logs"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_path / check_name(run_id, "run id")
+
+    def detect_platform(self):
+        from trainforge.hardware import detect, load_fixture
+
+        return detect(load_fixture(self.fixture) if self.fixture else None)
+
+
+def resolve_token(flag: str | None) -> str | None:
+    """The access token from --token or the environment; blank means none."""
+    token = flag if flag is not None else os.environ.get(TOKEN_ENV)
+    if token is None or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,81 @@
+"""What one server instance holds: settings, platform, registry, runner, caches, and the
+view of a run that both the pages and the JSON API show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainforge.hardware import Platform
+from trainforge.web.db import RunRecord, RunRegistry
+from trainforge.web.progress import (
+    INTERRUPTED_CHECKPOINT,
+    REPORT_FILE,
+    MetricsCache,
+    checkpoints,
+    total_steps,
+)
+from trainforge.web.runner import Runner
+from trainforge.web.settings import WebSettings
+from trainforge.web.system import SystemView
+
+# Keys of a train record the run page shows as numbers (the rest of a record is telemetry).
+TRAIN_KEYS = ("loss", "accuracy", "lr", "samples_per_s", "data_wait_share", "step_time_s")
+
+
+@dataclass
+class AppState:
+    settings: WebSettings
+    platform: Platform
+    registry: RunRegistry
+    runner: Runner
+    metrics: MetricsCache
+    system: SystemView
+    _steps: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, settings: WebSettings, platform: Platform | None = None) -> AppState:
+        platform = platform or settings.detect_platform()
+        assert settings.db_path is not None
+        registry = RunRegistry(settings.db_path)
+        state = cls(
+            settings=settings,
+            platform=platform,
+            registry=registry,
+            runner=Runner(settings, registry),
+            metrics=MetricsCache(),
+            system=SystemView(platform, settings.telemetry_interval_s),
+        )
+        state.runner.reconcile()
+        return state
+
+    def run_view(self, record: RunRecord) -> dict[str, Any]:
+        """A run as the pages and the API show it: the record plus its folder's facts."""
+        run_dir = self.settings.run_dir(record.id)
+        latest = self.metrics.latest(run_dir)
+        train = latest.by_split.get("train", {})
+        found = checkpoints(run_dir)
+        view = record.to_dict()
+        view.pop("pid_started", None)
+        view.update(
+            step=max((int(r.get("step") or 0) for r in latest.by_split.values()), default=0),
+            epoch=train.get("epoch"),
+            total_steps=self._total_steps(record),
+            latest=latest.by_split,
+            num_records=latest.count,
+            checkpoints=found,
+            interrupted_checkpoint=INTERRUPTED_CHECKPOINT in found,
+            report=(f"/runs/{record.id}/report" if (run_dir / REPORT_FILE).is_file() else None),
+            resumable=record.status == "stopped" or (record.status == "failed" and bool(found)),
+        )
+        return view
+
+    def _total_steps(self, record: RunRecord) -> int | None:
+        # Read from the log once per attempt: the status endpoint is polled often.
+        key = (record.id, record.attempts)
+        if key not in self._steps:
+            found = total_steps(self.runner.log_path(record.id))
+            if found is None:
+                return None
+            self._steps[key] = found
+        return self._steps[key]

@@ -1,0 +1,246 @@
+// trainforge web app: the Train Model dialog, live run lists and telemetry. Plain JavaScript,
+// no build step. Text from the server is always inserted as text, never as HTML.
+"use strict";
+
+const TF = (() => {
+  const $ = (id) => document.getElementById(id);
+  const FIELDS = ["config", "profile", "task", "base_model", "dataset", "epochs",
+                  "learning_rate", "batch_size", "output_name"];
+
+  async function api(method, url, body) {
+    const options = { method, headers: {} };
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(body);
+    }
+    const response = await fetch(url, options);
+    let data = null;
+    try { data = await response.json(); } catch (_) { data = null; }
+    return { ok: response.ok, status: response.status, data };
+  }
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function fillSelect(select, options, value, blank) {
+    select.replaceChildren();
+    if (blank !== undefined) select.append(new Option(blank, ""));
+    for (const option of options) select.append(new Option(option, option));
+    if (value !== undefined && value !== null) select.value = value;
+  }
+
+  // ------------------------------------------------------------------ the dialog
+  function clearErrors() {
+    for (const node of document.querySelectorAll("#train-form .error")) node.textContent = "";
+    for (const node of document.querySelectorAll("#train-form .invalid")) {
+      node.classList.remove("invalid");
+    }
+  }
+
+  function showErrors(errors) {
+    clearErrors();
+    for (const [field, messages] of Object.entries(errors || {})) {
+      const target = document.querySelector(`#train-form .error[data-for="${field}"]`) ||
+        document.querySelector('#train-form .error[data-for="_form"]');
+      target.textContent = messages.join(" ");
+      const input = $(`f-${field}`);
+      if (input) input.classList.add("invalid");
+    }
+  }
+
+  function showTaskFields() {
+    $("base-model-field").hidden = $("f-task").value !== "causal-lm";
+  }
+
+  async function loadDefaults(config, profile) {
+    const params = new URLSearchParams();
+    if (config) params.set("config", config);
+    if (profile) params.set("profile", profile);
+    const { data } = await api("GET", `/api/train/defaults?${params}`);
+    const choices = data.choices;
+    const values = data.values || {};
+    fillSelect($("f-config"), choices.configs, values.config);
+    fillSelect($("f-profile"), choices.profiles, profile || values.profile);
+    fillSelect($("f-task"), choices.tasks, values.task);
+    fillSelect($("f-base_model"), choices.models, values.base_model, "(choose a model)");
+    const list = $("image-datasets");
+    list.replaceChildren(...choices.image_datasets.map((name) => new Option(name)));
+    for (const name of ["dataset", "epochs", "learning_rate", "batch_size", "output_name"]) {
+      $(`f-${name}`).value = values[name] ?? "";
+    }
+    $("detected").textContent =
+      `Detected: ${data.detected.platform.replace("platform: ", "")} → profile ${data.detected.profile}`;
+    const notes = $("profile-notes");
+    notes.replaceChildren();
+    if (data.profile) {
+      notes.append(el("div", `Profile ${data.profile.name}: ${data.profile.reason}`, "muted"));
+      if (data.profile.notes) notes.append(el("p", data.profile.notes, "profile-note"));
+    }
+    if (data.notes) notes.append(el("p", data.notes, "config-note"));
+    if (data.profile && data.profile.guide) {
+      const guide = el("p", "Guide: ", "guide");
+      guide.append(el("code", data.profile.guide));
+      notes.append(guide);
+    }
+    showTaskFields();
+    showErrors(data.errors);
+  }
+
+  function number(value) {
+    if (value === "" || value === null) return null;
+    const parsed = Number(value);
+    return Number.isFinite(parsed) ? parsed : value;
+  }
+
+  function formValues() {
+    const body = {};
+    for (const name of FIELDS) body[name] = $(`f-${name}`).value.trim();
+    for (const name of ["epochs", "learning_rate", "batch_size"]) body[name] = number(body[name]);
+    if (body.task !== "causal-lm" || !body.base_model) body.base_model = null;
+    if (!body.dataset) body.dataset = null;
+    body.overrides = $("f-overrides").value.split("\n").map((s) => s.trim()).filter(Boolean);
+    body.overwrite = $("f-overwrite").checked;
+    return body;
+  }
+
+  async function submit(event) {
+    event.preventDefault();
+    const button = $("train-start");
+    button.disabled = true;
+    try {
+      const { ok, status, data } = await api("POST", "/api/runs", formValues());
+      if (ok) { location.href = `/runs/${encodeURIComponent(data.id)}`; return; }
+      if (status === 422 && data && data.errors) showErrors(data.errors);
+      else showErrors({ _form: [data && data.detail ? String(data.detail) : `error ${status}`] });
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function setUpDialog() {
+    const dialog = $("train-dialog");
+    if (!dialog) return;
+    const open = () => { dialog.showModal(); loadDefaults(); };  // re-read on every open
+    $("open-train").addEventListener("click", open);
+    $("train-cancel").addEventListener("click", () => dialog.close());
+    $("train-form").addEventListener("submit", submit);
+    $("f-config").addEventListener("change", () => loadDefaults($("f-config").value));
+    $("f-profile").addEventListener("change",
+      () => loadDefaults($("f-config").value, $("f-profile").value));
+    $("f-task").addEventListener("change", showTaskFields);
+    if (dialog.dataset.open) open();
+  }
+
+  // ------------------------------------------------------------------ live lists
+  function watchRuns(onChange) {
+    const source = new EventSource("/api/events");
+    let first = true;
+    source.addEventListener("runs", (event) => {
+      const data = JSON.parse(event.data);
+      if (first) { first = false; return; }
+      const completed = data.changed.filter((id) => data.runs[id] === "completed");
+      onChange({ runs: data.runs, changed: data.changed, completed });
+    });
+    return source;
+  }
+
+  function formatTime(seconds) {
+    return seconds ? new Date(seconds * 1000).toLocaleString() : "";
+  }
+
+  async function refreshRunsTable() {
+    const { ok, data } = await api("GET", "/api/runs");
+    if (!ok) return;
+    const body = document.querySelector("#runs-table tbody");
+    body.replaceChildren(...data.map((run) => {
+      const row = el("tr");
+      row.dataset.run = run.id;
+      const link = el("a", run.id);
+      link.href = `/runs/${encodeURIComponent(run.id)}`;
+      const train = run.latest.train || {};
+      const cells = [
+        link, run.task, el("span", run.status, `status status-${run.status}`),
+        run.total_steps ? `${run.step} / ${run.total_steps}` : run.step,
+        train.loss != null ? train.loss.toFixed(4) : "",
+        train.accuracy != null ? `${(train.accuracy * 100).toFixed(2)} %` : "",
+        formatTime(run.started_at),
+      ];
+      for (const cell of cells) {
+        const td = el("td");
+        if (cell instanceof Node) td.append(cell); else td.textContent = cell;
+        row.append(td);
+      }
+      return row;
+    }));
+  }
+
+  function humanBytes(n) {
+    let value = n;
+    for (const unit of ["B", "KiB", "MiB", "GiB"]) {
+      if (value < 1024 || unit === "GiB") return unit === "B" ? `${value} B` : `${value.toFixed(1)} ${unit}`;
+      value /= 1024;
+    }
+    return "";
+  }
+
+  async function refreshModelsTable() {
+    const { ok, data } = await api("GET", "/api/models");
+    if (!ok) return;
+    const body = document.querySelector("#models-table tbody");
+    body.replaceChildren(...data.map((model) => {
+      const row = el("tr");
+      row.dataset.model = model.name;
+      const summary = el("td", null, "summary");
+      for (const [key, value] of Object.entries(model.summary || {})) {
+        const entries = key === "metrics" ? Object.entries(value) : [[key, value]];
+        for (const [k, v] of entries) {
+          const span = el("span");
+          span.append(el("b", k), ` ${typeof v === "number" ? Number(v.toPrecision(4)) : v} `);
+          summary.append(span);
+        }
+      }
+      if (!model.summary) summary.append(el("span", "no trainforge.json", "muted"));
+      const kind = model.kind === "model" ? "" : ` (${model.kind})`;
+      row.append(el("td", model.name + kind), el("td", model.architecture),
+        el("td", model.num_parameters ? model.num_parameters.toLocaleString("en") : "?"),
+        el("td", humanBytes(model.size_bytes)), summary);
+      return row;
+    }));
+  }
+
+  // ------------------------------------------------------------------ telemetry
+  function renderReadings(table, readings) {
+    const keys = Object.keys(readings).sort();
+    if (!keys.length) return;
+    table.tBodies[0].replaceChildren(...keys.map((key) => {
+      const row = el("tr");
+      const value = readings[key];
+      row.append(el("th", key), el("td", typeof value === "number" ? Number(value.toFixed(2)) : value));
+      return row;
+    }));
+  }
+
+  function pollTelemetry() {
+    const tick = async () => {
+      const { ok, data } = await api("GET", "/api/system");
+      if (ok) {
+        renderReadings($("telemetry"), data.telemetry.readings);
+        $("telemetry-notes").replaceChildren(...data.telemetry.notes.map((n) => el("li", n)));
+      }
+    };
+    tick();
+    setInterval(tick, 2000);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    setUpDialog();
+    for (const node of document.querySelectorAll(".time[data-time]")) {
+      node.textContent = formatTime(Number(node.dataset.time));
+    }
+  });
+  return { api, el, watchRuns, refreshRunsTable, refreshModelsTable, pollTelemetry, renderReadings };
+})();

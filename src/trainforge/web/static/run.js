@@ -1,0 +1,115 @@
+// The run page: live progress from the server-sent event stream, Stop and Resume.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  let run = JSON.parse($("run-data").textContent);
+  const charts = {
+    loss: new LineChart($("chart-loss"), [
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }]),
+    accuracy: new LineChart($("chart-accuracy"), [
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }]),
+    lr: new LineChart($("chart-lr"), [{ name: "lr", color: "#2ca02c" }]),
+  };
+  const KNOWN = new Set(["time", "split", "step", "epoch", "loss", "accuracy", "lr",
+    "samples_per_s", "step_time_s", "data_wait_share", "compute_time_s", "grad_norm"]);
+  let offset = 0;
+  let source = null;
+  let logTimer = null;
+
+  const fmt = (value, digits) => (value == null ? "" : Number(value.toPrecision(digits)).toString());
+
+  function addRecords(records) {
+    const telemetry = {};
+    for (const r of records) {
+      const split = r.split || "train";
+      if (split === "train" || split === "val") {
+        charts.loss.add(split, r.step, r.loss);
+        charts.accuracy.add(split, r.step, r.accuracy);
+      }
+      if (split === "train") {
+        charts.lr.add("lr", r.step, r.lr);
+        $("s-lr").textContent = fmt(r.lr, 3);
+        $("s-samples").textContent = fmt(r.samples_per_s, 4);
+        $("s-wait").textContent = r.data_wait_share == null ? "" : `${(r.data_wait_share * 100).toFixed(1)} %`;
+        $("s-epoch").textContent = fmt(r.epoch, 4);
+      }
+      if (split === "val" && r.accuracy != null) {
+        $("s-val").textContent = `${(r.accuracy * 100).toFixed(2)} %`;
+      }
+      if (r.step != null) $("s-step").textContent = r.step;
+      for (const [key, value] of Object.entries(r)) {
+        if (!KNOWN.has(key) && typeof value === "number" && (split === "telemetry" || split === "train")) {
+          telemetry[key] = value;
+        }
+      }
+    }
+    if (Object.keys(telemetry).length) TF.renderReadings($("telemetry"), telemetry);
+    Object.values(charts).forEach((c) => c.draw());
+    updateProgress();
+  }
+
+  function updateProgress() {
+    const bar = $("run-progress");
+    if (run.total_steps) {
+      bar.max = run.total_steps;
+      bar.value = Number($("s-step").textContent) || 0;
+      $("s-total").textContent = ` / ${run.total_steps}`;
+    }
+  }
+
+  function showStatus(view) {
+    run = view;
+    const badge = $("run-status");
+    badge.textContent = view.status;
+    badge.className = `status status-${view.status}`;
+    $("run-message").textContent = view.message || "";
+    $("stop-button").hidden = !["running", "stopping"].includes(view.status);
+    $("stop-button").textContent = view.status === "stopping" ? "Stop now (SIGTERM)" : "Stop";
+    $("resume-button").hidden = !view.resumable;
+    const report = $("report-link");
+    report.hidden = !view.report;
+    if (view.report) report.href = view.report;
+    updateProgress();
+  }
+
+  async function refreshLog() {
+    const { ok, data } = await TF.api("GET", `/api/runs/${encodeURIComponent(run.id)}/log?lines=30`);
+    if (ok) $("run-log").textContent = data.lines.join("\n");
+  }
+
+  function connect() {
+    if (source) source.close();
+    source = new EventSource(`/api/runs/${encodeURIComponent(run.id)}/events?offset=${offset}`);
+    source.addEventListener("metrics", (event) => {
+      offset = Number(event.lastEventId) || offset;
+      addRecords(JSON.parse(event.data));
+    });
+    source.addEventListener("status", (event) => showStatus(JSON.parse(event.data)));
+    source.addEventListener("end", (event) => {
+      offset = JSON.parse(event.data).offset;
+      source.close();
+      source = null;
+      clearInterval(logTimer);
+      refreshLog();
+    });
+    clearInterval(logTimer);
+    logTimer = setInterval(refreshLog, 3000);
+    refreshLog();
+  }
+
+  $("stop-button").addEventListener("click", async () => {
+    const { ok, data } = await TF.api("POST", `/api/runs/${encodeURIComponent(run.id)}/stop`);
+    if (ok) showStatus(data); else $("run-message").textContent = data && data.detail;
+  });
+  $("resume-button").addEventListener("click", async () => {
+    const { ok, data } = await TF.api("POST", `/api/runs/${encodeURIComponent(run.id)}/resume`);
+    if (!ok) { $("run-message").textContent = data && data.detail; return; }
+    showStatus(data);
+    connect();
+  });
+
+  Object.values(charts).forEach((c) => c.draw());
+  showStatus(run);
+  connect();
+})();

@@ -1,0 +1,108 @@
+"""`trainforge export` and `trainforge bench-infer`: the real command and its error lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+from trainforge.export.cli import export_main
+from trainforge.export.source import resolve_source
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def one_line_exit_2(result) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_missing_run_is_one_line_exit_2(cli, tmp_path):
+    line = one_line_exit_2(cli("export", str(tmp_path / "runs" / "nope"), "--format", "onnx"))
+    assert "nope not found" in line and "runs/NAME" in line
+
+
+def test_unknown_format_is_one_line_exit_2(cli, digits_run):
+    line = one_line_exit_2(cli("export", str(digits_run), "--format", "tflite"))
+    assert "unknown export format 'tflite'" in line
+    assert "onnx, int8, pruned, safetensors" in line
+
+
+def test_checkpoint_of_another_task_is_one_line_exit_2(cli, digits_run, tmp_path):
+    """A checkpoint written by the checkpoint module whose run trained another task."""
+    best = digits_run / "checkpoints" / "best_model"
+    model_state, state, meta = ckpt.load_checkpoint(best)
+    config = yaml.safe_load((best / "config.yaml").read_text())
+    config["task"]["kind"] = "object-detection"
+    folder = ckpt.save_checkpoint(
+        tmp_path / "detector" / "checkpoints" / "best_model",
+        model_state=model_state,
+        state=state,
+        meta=meta,
+        config_yaml=yaml.safe_dump(config),
+    )
+    line = one_line_exit_2(cli("export", str(folder), "--format", "onnx"))
+    assert "trained for task 'object-detection'" in line
+    assert "image-classification" in line
+    assert not (tmp_path / "detector" / "export").exists()
+
+
+def test_corrupt_checkpoint_is_refused(digits_run, tmp_path):
+    folder = tmp_path / "best_model"
+    shutil.copytree(digits_run / "checkpoints" / "best_model", folder)
+    with (folder / "model.safetensors").open("r+b") as fh:
+        fh.seek(-4, 2)
+        fh.write(b"\x00\x01\x02\x03")
+    with pytest.raises(UserError, match=r"not usable: checksum mismatch in model\.safetensors"):
+        resolve_source(folder)
+
+
+def test_bad_option_is_one_line_exit_2(capsys):
+    assert export_main(["runs/x", "--format", "onnx", "--bogus"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["trainforge export: No such option: --bogus. See trainforge export --help"]
+
+
+def test_export_a_checkpoint_then_bench_side_by_side(cli, digits_run, exported, tmp_path):
+    best = digits_run / "checkpoints" / "best_model"
+    done = cli(
+        "export", str(best), "--format", "safetensors", "--output", str(tmp_path), env=ONE_THREAD
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "safetensors" / "summary.json").read_text())
+    assert summary["source"] == str(best / "model.safetensors")
+    assert f"{tmp_path}/safetensors/model.safetensors" in done.stdout
+    assert "accuracy" in done.stdout and "batch-1 p50" in done.stdout
+
+    out_json = tmp_path / "bench.json"
+    bench = cli(
+        "bench-infer",
+        str(tmp_path / "safetensors"),
+        str(digits_run / "export"),
+        "--runs", "5", "--warmup", "1", "--batch-size", "8", "--device", "cpu",
+        "--json", str(out_json), "--threads", "1",
+        env=ONE_THREAD,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    table = bench.stdout
+    assert "b1 p50 ms" in table and "b8 p50 ms" in table and "b1 speed" in table
+    assert "edge target (batch-1 p50 < 5 ms)" in table
+    rows = json.loads(out_json.read_text())["rows"]
+    seen = {(r["artifact"], r["runtime"], r["precision"]) for r in rows}
+    assert ("safetensors", "torch", "fp32") in seen
+    assert ("int8", "torch-int8", "int8") in seen
+    assert ("onnx", "onnxruntime", "fp32") in seen
+    assert ("int8-onnx", "onnxruntime", "int8") in seen
+    assert ("pruned", "torch", "fp32") in seen
+    assert len(rows) == 6
+    for row in rows:
+        assert row["batch1"]["batch_size"] == 1 and row["batch_n"]["batch_size"] == 8
+        assert 0 < row["batch1"]["p50_ms"] <= row["batch1"]["p99_ms"]
+        assert row["batch_n"]["samples_per_s"] > 0

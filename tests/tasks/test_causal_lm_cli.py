@@ -1,0 +1,144 @@
+"""End to end through the `trainforge` command: the Jetson guide's flow on a tiny model made by
+`models init`, the output folder loaded by transformers/peft, and the user errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fakes.tiny_lm import lm_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = ["--profile", "cpu", "--set", "training.num_threads=1"]
+# 8 optimizer steps (32 examples) with a validation at the last one.
+SHORT = ["--set", "training.max_steps=8", "--set", "evaluation.eval_steps=8"]
+
+
+def run_main(monkeypatch, capsys, cwd: Path, *args: str) -> tuple[int, str, str]:
+    """`trainforge ARGS` in this process (saves a Python start-up; same entry point)."""
+    from trainforge.cli import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", ["trainforge", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    out = capsys.readouterr()
+    return int(done.value.code or 0), out.out, out.err
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A user's project folder holding the shipped Jetson profile and data set."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "example_datasets").mkdir()
+    shutil.copy(REPO / "config" / "jetson_training.json", tmp_path / "config")
+    shutil.copy(REPO / "example_datasets" / "jetson_training.json", tmp_path / "example_datasets")
+    return tmp_path
+
+
+def test_jetson_profile_trains_end_to_end(project, cli, monkeypatch, capsys):
+    code, out, err = run_main(
+        monkeypatch, capsys, project, "models", "init", "tiny", "--arch", "gpt2",
+        "--size", "tiny", "--corpus", "example_datasets/jetson_training.json",
+    )  # fmt: skip
+    assert code == 0 and "created models/tiny" in out, err
+    train = ["train", "config/jetson_training.json", "--base-model", "models/tiny"]
+    result = cli(*train, "--output-name", "jetson-tuned", *FAST, *SHORT, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "batch: 1 x 4 accumulation = 4" in result.stdout
+    assert "truncated to max_seq_length=512" in result.stdout
+    assert (project / "outputs" / "jetson_training_swap").is_dir()  # created on demand
+    out = project / "models" / "jetson-tuned"
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    summary = json.loads((out / "trainforge.json").read_text())
+    assert summary["base_model"] == "models/tiny"
+    assert summary["dataset"]["train_file"] == "example_datasets/jetson_training.json"
+    assert summary["dataset"]["splits"]["train"]["records"] > 200
+    assert len(summary["config_hash"]) == 16 and summary["global_step"] == 8
+    assert {"loss", "accuracy", "perplexity"} <= set(summary["metrics"])
+    assert (project / "runs" / "jetson-tuned" / "model" / "config.json").is_file()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    ids = tokenizer("Where does the fine-tuned model go?\n", return_tensors="pt")
+    generated = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert generated.shape[1] > ids["input_ids"].shape[1]
+
+    code, out, err = run_main(monkeypatch, capsys, project, "models", "list")
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert (
+        "GPT2LMHeadModel" in rows["jetson-tuned"] and "(base: models/tiny)" in rows["jetson-tuned"]
+    )
+    assert "GPT2LMHeadModel" in rows["tiny"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "model.model_name_or_path=models/none"], "not a Hugging Face model folder"),
+        (["--output-name", "../escape", "--base-model", "models/x"], "plain folder name"),
+        ([], "pass --base-model models/NAME"),
+        (["--output-name", "taken", "--base-model", "models/x"], "models/taken already exists"),
+    ],
+)
+def test_user_errors_exit_2_without_traceback(project, monkeypatch, capsys, args, message):
+    (project / "models" / "taken").mkdir(parents=True)
+    train = ["train", "config/jetson_training.json", "--profile", "cpu"]
+    code, out, err = run_main(monkeypatch, capsys, project, *train, *args)
+    assert code == 2, out + err
+    assert message in err and "Traceback" not in err
+    # one line per problem, each naming the field or path
+    assert all(line.startswith(("config/", "model", "output", "data")) for line in err.splitlines())
+    assert not (project / "runs").exists()
+
+
+def test_unknown_training_argument_names_the_nearest(project, monkeypatch, capsys):
+    path = project / "config" / "jetson_training.json"
+    data = json.loads(path.read_text())
+    data["training_arguments"]["gradient_acumulation_steps"] = 8
+    path.write_text(json.dumps(data))
+    code, _, err = run_main(
+        monkeypatch, capsys, project, "validate", str(path.relative_to(project))
+    )
+    assert code == 2
+    assert "training_arguments.gradient_acumulation_steps: unknown training argument" in err
+    assert "did you mean gradient_accumulation_steps?" in err
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_lora_run_writes_an_adapter_that_peft_loads(tmp_path, tiny_llama_chat, lm_corpus):
+    from peft import AutoPeftModelForCausalLM
+
+    from trainforge.config import validate
+    from trainforge.engine.run import train
+    from trainforge.hardware import detect
+
+    sets = {
+        "training.max_steps": 4,
+        "lora.enabled": True,
+        "lora.target_modules": "[q_proj, v_proj]",
+        "output.dir": str(tmp_path / "runs"),
+        "output.models_dir": str(tmp_path / "models"),
+        "output.model_name": "tuned-adapter",
+    }
+    platform = detect()
+    resolved = validate(
+        None, platform=platform, profile="cpu",
+        overrides=lm_overrides(tiny_llama_chat.resolve(), lm_corpus["chat"], **sets),
+    )  # fmt: skip
+    summary = train(resolved, platform)
+    out = tmp_path / "models" / "tuned-adapter"
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    assert json.loads((out / "trainforge.json").read_text())["lora"]["r"] == 8
+    model = AutoPeftModelForCausalLM.from_pretrained(out, local_files_only=True)
+    ids = torch.tensor([[3, 4, 5]])
+    assert model.generate(input_ids=ids, max_new_tokens=3, do_sample=False).shape[1] > 3
+    assert summary.global_step == 4

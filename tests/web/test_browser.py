@@ -1,0 +1,159 @@
+"""The Jetson guide's flow in a real headless Chromium (Playwright driving Debian's chromium,
+which `make test-browser` installs): open the app on a recorded Jetson (fixture root), click
+Train Model, check the autofill, see a field error, start a tiny causal-lm run with the real
+`trainforge train`, watch the chart update, stop it, resume it, and see the new model appear
+in the Models list without a reload. Screenshots go to build/test-artifacts/browser/.
+
+This machine has no GPU, so the run uses the cpu profile: the dialog's profile is switched
+from the detected jetson-orin (fp16) to cpu, as a user on a CPU would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.web import JETSON, REPO
+
+pytestmark = pytest.mark.browser
+ARTIFACTS = Path(os.environ.get("TRAINFORGE_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
+CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "chromium")
+
+
+def chromium() -> str:
+    configured = os.environ.get("TRAINFORGE_CHROMIUM")
+    for candidate in ([configured] if configured else []) + list(CHROMIUM_CANDIDATES):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    pytest.fail("no Chromium found: run `make test-browser` (installs Debian's chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jetson_project(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "example_datasets").mkdir()
+    shutil.copy(REPO / "example_datasets" / "jetson_training.json", tmp_path / "example_datasets")
+    made = subprocess.run(
+        [sys.executable, "-m", "trainforge", "models", "init", "tiny", "--arch", "gpt2",
+         "--size", "tiny", "--corpus", "example_datasets/jetson_training.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return tmp_path
+
+
+@pytest.fixture
+def server(jetson_project: Path):
+    port = free_port()
+    log = jetson_project / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trainforge", "serve", "--port", str(port),
+             "--fixture", str(JETSON)],
+            cwd=jetson_project, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "Uvicorn running" not in log.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_jetson_flow_in_a_real_browser(server, jetson_project):
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = ARTIFACTS / "browser"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(30_000)
+        page.goto(f"{server}/runs")
+        page.get_by_role("button", name="Train Model").click()
+        dialog = page.locator("#train-dialog")
+        expect(dialog).to_be_visible()
+        # Autofill for the recorded Jetson: the guide's config, data set and defaults.
+        expect(page.locator("#f-config")).to_have_value("config/jetson_training.json")
+        expect(page.locator("#f-dataset")).to_have_value("example_datasets/jetson_training.json")
+        expect(page.locator("#f-epochs")).to_have_value("1")
+        expect(page.locator("#f-batch_size")).to_have_value("1")
+        expect(page.locator("#f-learning_rate")).to_have_value("0.00025")
+        expect(page.locator("#f-profile")).to_have_value("jetson-orin")
+        expect(page.locator("#profile-notes")).to_contain_text("docs/jetson_training.md")
+        expect(page.locator("#profile-notes")).to_contain_text("gradient checkpointing")
+        expect(page.locator("#detected")).to_contain_text("Jetson")
+        page.screenshot(path=str(shots / "1-dialog-jetson-autofill.png"))
+
+        # A bad name is refused beside its field.
+        page.locator("#f-output_name").fill("../escape")
+        page.locator("#f-base_model").select_option("tiny")
+        page.get_by_role("button", name="Start Training").click()
+        expect(page.locator('.error[data-for="output_name"]')).to_contain_text("plain name")
+        page.screenshot(path=str(shots / "2-dialog-field-error.png"))
+
+        # No GPU here: switch to the cpu profile (the dialog reloads its defaults for it).
+        page.locator("#f-profile").select_option("cpu")
+        expect(page.locator('.error[data-for="output_name"]')).to_have_text("")
+        page.locator("#f-base_model").select_option("tiny")
+        page.locator("#f-output_name").fill("jetson-tuned")
+        page.locator("#f-overrides").fill(
+            "training.max_steps=120\nlogging.logging_steps=4\ntraining.num_threads=1\n"
+            "evaluation.eval_steps=60"
+        )
+        page.get_by_role("button", name="Start Training").click()
+        page.wait_for_url(f"{server}/runs/jetson-tuned")
+        expect(page.locator("#run-status")).to_have_text("running")
+
+        chart = page.locator("#chart-loss")
+        page.wait_for_function(
+            "() => Number(document.getElementById('chart-loss').dataset.points) >= 2",
+            timeout=180_000,
+        )
+        first = int(chart.get_attribute("data-points"))
+        page.wait_for_function(
+            f"() => Number(document.getElementById('chart-loss').dataset.points) > {first}"
+        )
+        page.screenshot(path=str(shots / "3-run-live-chart.png"))
+
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator("#run-status")).to_have_text("stopped", timeout=60_000)
+        expect(page.locator("#run-message")).to_contain_text("checkpoint_interrupted saved")
+        assert (jetson_project / "runs/jetson-tuned/checkpoints/checkpoint_interrupted").is_dir()
+        stopped_points = int(chart.get_attribute("data-points"))
+        page.screenshot(path=str(shots / "4-run-stopped.png"))
+
+        models = browser.new_page(viewport={"width": 1280, "height": 700})
+        models.goto(f"{server}/models")
+        expect(models.locator('tr[data-model="tiny"]')).to_be_visible()
+        expect(models.locator('tr[data-model="jetson-tuned"]')).to_have_count(0)
+
+        page.get_by_role("button", name="Resume").click()
+        expect(page.locator("#run-status")).to_have_text("running")
+        expect(page.locator("#run-status")).to_have_text("completed", timeout=240_000)
+        assert int(chart.get_attribute("data-points")) > stopped_points
+        page.screenshot(path=str(shots / "5-run-completed.png"))
+
+        # The Models page, open all along, lists the new model once the run completes.
+        row = models.locator('tr[data-model="jetson-tuned"]')
+        expect(row).to_be_visible(timeout=30_000)
+        expect(row).to_contain_text("GPT2LMHeadModel")
+        expect(row).to_contain_text("models/tiny")
+        models.screenshot(path=str(shots / "6-models-refreshed.png"))
+        browser.close()
