@@ -12,7 +12,7 @@ PYTEST := $(PY) -m pytest
 SHELLCHECK = $(firstword $(wildcard $(VENV)/bin/shellcheck) shellcheck)
 LINT_SHELL = $(SHELLCHECK) scripts/*.sh && $(VENV)/bin/hadolint Dockerfile.dgx-spark
 
-.PHONY: demo test test-slow test-dist test-browser serve bench lint format clean venv
+.PHONY: demo test test-slow test-dist test-slurm test-browser serve bench lint format clean venv
 
 venv: $(STAMP)
 
@@ -33,14 +33,21 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 	$(LINT_SHELL)
-	$(PYTEST) -m "not slow and not gpu and not browser and not dist" -q
+	$(PYTEST) -m "not slow and not gpu and not browser and not dist and not slurm" -q
 
 test-slow: $(STAMP)
-	$(PYTEST) -m "slow and not gpu" -q
+	$(PYTEST) -m "slow and not gpu and not slurm" -q
 
 # Multi-process torch.distributed cases: real torchrun launches with Gloo on CPU.
 test-dist: $(STAMP)
 	$(PYTEST) -m "dist and not gpu" -q
+
+# A real single-node Slurm (Debian's slurm-wlm with munge) that tests/launch/conftest.py
+# configures and starts on this machine; runs as root and installs the packages when missing.
+test-slurm: $(STAMP)
+	command -v slurmctld >/dev/null && command -v munged >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; }
+	$(PYTEST) -m slurm -q
 
 # Browser tests drive a real headless Chromium through Playwright. Playwright's own browser
 # download is not reachable from every machine, so the distribution's chromium is used

@@ -6,6 +6,7 @@ Each module's `run()` returns (table text, {ratio name: value}); targets are che
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,7 @@ BENCHMARKS = [
     ("checkpoint_stall", "checkpoint_stall_ratio", 0.25, "<="),
     ("web_load", "web_poll_slowdown", 0.05, "<="),
     ("observability", "observability_throughput_ratio", 0.98, ">="),
+    ("scaling", "scaling_2_procs", 1.5, ">="),
     ("engine_overhead", "engine_mlp_vs_plain", 0.98, ">="),
     ("engine_overhead", "engine_mlp_vs_lightning", 1.0, ">="),
     ("engine_overhead", "engine_mlp_vs_hf", 1.0, ">="),
@@ -41,8 +43,9 @@ def main() -> int:
     results: dict[str, dict[str, float]] = {}  # a module with several ratios runs once
     for module_name, key, target, direction in BENCHMARKS:
         if module_name not in results:
+            started = time.perf_counter()
             text, results[module_name] = importlib.import_module(module_name).run()
-            print(text + "\n", flush=True)
+            print(f"{text}\n({module_name}: {time.perf_counter() - started:.0f} s)\n", flush=True)
         value = results[module_name].get(key)
         if value is None:  # e.g. the GPU benchmark on a machine without CUDA
             verdicts.append(f"SKIP  {key} (not measured here, see {module_name} above)")

@@ -35,15 +35,15 @@ HEAVY_IMAGES = ["data.dataset=image-folder", "data.image_size=224"]
 # case -> (exit code, {check: expected status}) with the config defaults.
 EXPECTED = {
     "workstation-healthy": (0, {"torch build": "ok", "GPU architecture": "ok", "disk space": "ok"}),
-    "workstation-cpu-torch": (2, {"torch build": "problem", "GPU architecture": "skip"}),
-    "workstation-old-driver": (2, {"NVIDIA driver": "problem", "torch build": "ok"}),
-    "laptop-nv-queue": (2, {"nv_queue stalls": "warn", "persistence mode": "warn"}),
-    "dgx-spark-pypi-torch": (2, {"GPU architecture": "problem", "torch build": "ok"}),
+    "workstation-cpu-torch": (1, {"torch build": "problem", "GPU architecture": "skip"}),
+    "workstation-old-driver": (1, {"NVIDIA driver": "problem", "torch build": "ok"}),
+    "laptop-nv-queue": (1, {"nv_queue stalls": "warn", "persistence mode": "warn"}),
+    "dgx-spark-pypi-torch": (1, {"GPU architecture": "problem", "torch build": "ok"}),
     "dgx-spark-container": (0, {"/dev/shm": "warn", "GPU architecture": "ok"}),
-    "jetson-orin-nano-jp61": (2, {"disk space": "problem", "JetPack wheel": "ok"}),
-    "jetson-agx-orin-jp60-cu126-wheel": (2, {"JetPack wheel": "problem", "swap": "ok"}),
-    "jetson-agx-orin-jp61-no-cusparselt": (2, {"torch import": "problem", "cuSPARSELt": "warn"}),
-    "jetson-agx-orin-jp512-python310": (2, {"JetPack wheel": "problem", "swap": "warn"}),
+    "jetson-orin-nano-jp61": (1, {"disk space": "problem", "JetPack wheel": "ok"}),
+    "jetson-agx-orin-jp60-cu126-wheel": (1, {"JetPack wheel": "problem", "swap": "ok"}),
+    "jetson-agx-orin-jp61-no-cusparselt": (1, {"torch import": "problem", "cuSPARSELt": "warn"}),
+    "jetson-agx-orin-jp512-python310": (1, {"JetPack wheel": "problem", "swap": "warn"}),
 }
 
 
@@ -107,7 +107,7 @@ def test_healthy_workstation_has_no_warning(capsys) -> None:
 
 def test_cpu_only_torch_with_a_gpu(capsys) -> None:
     code, out, err = doctor(capsys, "workstation-cpu-torch")
-    assert code == 2
+    assert code == 1
     line = row(out, "torch build")
     assert line.startswith("PROBLEM")
     assert (
@@ -118,7 +118,7 @@ def test_cpu_only_torch_with_a_gpu(capsys) -> None:
 
 def test_blackwell_missing_from_arch_list(capsys) -> None:
     code, out, err = doctor(capsys, "dgx-spark-pypi-torch")
-    assert code == 2
+    assert code == 1
     line = row(out, "GPU architecture")
     assert "NVIDIA GB10 has compute 12.1" in line
     assert "built only for sm_80 sm_90" in line
@@ -132,7 +132,7 @@ def test_small_dev_shm_is_a_problem_for_big_batches(capsys) -> None:
     code, out, err = doctor(
         capsys, "dgx-spark-container", "--set", HEAVY_IMAGES[0], "--set", HEAVY_IMAGES[1]
     )
-    assert code == 2
+    assert code == 1
     line = row(out, "/dev/shm")
     assert line.startswith("PROBLEM")
     assert "64 MiB free; 4 loader workers keep about 147 MiB" in line
@@ -148,7 +148,7 @@ def test_small_dev_shm_is_a_warning_for_small_batches(capsys) -> None:
 
 def test_low_disk_depends_on_the_configured_checkpoints(capsys) -> None:
     code, out, err = doctor(capsys, "jetson-orin-nano-jp61")
-    assert code == 2
+    assert code == 1
     assert "0.40 GiB free" in row(out, "disk space")
     assert "disk space" in err
     # The digits ViT writes 6 MiB checkpoints: the same disk is enough for it.
@@ -224,7 +224,7 @@ def test_nv_queue_stalls_get_the_seed_002_fixes(capsys) -> None:
 
 def test_bad_config_is_a_finding_not_a_traceback(capsys) -> None:
     code, out, err = doctor(capsys, "workstation-healthy", "does/not/exist.yaml")
-    assert code == 2
+    assert code == 1
     assert "config file does/not/exist.yaml not found" in row(out, "run config")
     assert "Traceback" not in err
 
@@ -304,14 +304,14 @@ def test_gather_facts_on_this_machine(tmp_path: Path) -> None:
 
 def test_doctor_command_on_this_machine(cli) -> None:
     result = cli("doctor", "config/vit_digits.yaml", timeout=120)
-    assert result.returncode in (0, 2), result.stderr
+    assert result.returncode in (0, 1), result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("trainforge doctor: ")
     assert lines[1].split() == ["status", "check", "finding"]
     assert "torch import" in result.stdout and "disk space" in result.stdout
-    # Exit code 2 exactly when a problem is reported, one stderr line each.
+    # Exit code 1 exactly when a problem is reported, one stderr line each.
     problems = result.stdout.count("\nPROBLEM ")
-    assert (result.returncode == 2) == (problems > 0)
+    assert (result.returncode == 1) == (problems > 0)
     assert len(result.stderr.splitlines()) == problems
     assert "Traceback" not in result.stderr
 
@@ -339,7 +339,7 @@ def test_broken_torch_is_reported_through_the_real_import(tmp_path: Path) -> Non
         env=env,
         cwd=REPO,
     )
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "cannot load cuSPARSELt: OSError: libcusparseLt.so.0" in result.stdout
     assert "problem: torch import:" in result.stderr
     assert "bash scripts/install_cusparselt.sh" in result.stderr

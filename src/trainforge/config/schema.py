@@ -151,6 +151,18 @@ class OptimizerConfig(Section):
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
     adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    lr_scaling: Literal["linear", "sqrt", "none"] = Field(
+        "linear",
+        description="When a profile, a flag or the process count changes the global batch "
+        "from the reference, scale learning_rate by new/reference (linear, the notes' rule: "
+        "3e-4 x 20/24 = 2.5e-4), its square root, or not at all.",
+    )
+    reference_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Global batch learning_rate was tuned for (None: the config file's own "
+        "per_device_train_batch_size x gradient_accumulation_steps).",
+    )
 
 
 class ScheduleConfig(Section):
@@ -300,6 +312,12 @@ class HardwareConfig(Section):
     )
     distributed_backend: Literal["auto", "nccl", "gloo"] = Field(
         "auto", description="torch.distributed backend (auto: NCCL on CUDA, Gloo on CPU)."
+    )
+    data_parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="Several processes: ddp (a full model per process) or fsdp (FSDP2 "
+        "fully_shard: parameters, gradients and optimizer state sharded; checkpoints through "
+        "torch.distributed.checkpoint).",
     )
     swap_directory: str | None = Field(
         None, description="Folder for temporary state (created on demand)."

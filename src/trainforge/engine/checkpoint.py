@@ -78,28 +78,34 @@ def _fsync_dir(path: Path) -> None:
 def save_checkpoint(
     folder: Path,
     *,
-    model_state: Mapping[str, torch.Tensor],
+    model_state: Mapping[str, torch.Tensor] | None,
     state: Mapping[str, Any],
     meta: Mapping[str, Any],
     config_yaml: str,
+    tmp: Path | None = None,
 ) -> Path:
-    """Write one checkpoint atomically and return its final path."""
-    tmp = folder.parent / f".tmp-{folder.name}-{os.getpid()}"
+    """Write one checkpoint atomically and return its final path.
+
+    `model_state` None: the weights are already in `tmp` (a sharded `dcp/` folder written by
+    every rank through torch.distributed.checkpoint); this adds the rest and commits.
+    """
+    tmp = tmp or folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        tensors, storages = {}, set()
-        for key, value in model_state.items():
-            tensor = value.detach().contiguous().cpu()
-            ptr = tensor.untyped_storage().data_ptr()
-            tensors[key] = tensor.clone() if ptr in storages else tensor  # untie shared weights
-            storages.add(ptr)
-        save_file(tensors, str(tmp / "model.safetensors"))
+        if model_state is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            tensors, storages = {}, set()
+            for key, value in model_state.items():
+                tensor = value.detach().contiguous().cpu()
+                ptr = tensor.untyped_storage().data_ptr()
+                tensors[key] = tensor.clone() if ptr in storages else tensor  # untie shared
+                storages.add(ptr)
+            save_file(tensors, str(tmp / "model.safetensors"))
         torch.save(dict(state), tmp / "state.pt")
         (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2), encoding="utf-8")
-        files = sorted(p.name for p in tmp.iterdir())
+        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         manifest = {name: _sha256(tmp / name) for name in files}
         for name in files:
             _fsync_file(tmp / name)
@@ -289,14 +295,19 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
 
 
-def load_checkpoint(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """(model state, trainer state, meta) of a verified checkpoint; never executes file code."""
+def load_checkpoint(
+    folder: Path,
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any], dict[str, Any]]:
+    """(model state, trainer state, meta) of a verified checkpoint; never executes file code.
+
+    The model state is None for a sharded checkpoint (weights in `dcp/`)."""
     if not folder.is_dir():
         raise UserError(f"checkpoint {folder} not found", "pass a folder under RUN/checkpoints/")
     problem = verify(folder)
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
-    model_state = load_file(str(folder / "model.safetensors"))
+    sharded = (folder / "dcp").is_dir()
+    model_state = None if sharded else load_file(str(folder / "model.safetensors"))
     try:
         state = torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refuses anything that is not plain data

@@ -191,10 +191,12 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     from trainforge.observe.loggers import flatten
     from trainforge.tasks import build_task
 
-    config = resolved.config
+    from trainforge.config.lr_scaling import scale_learning_rate
+
+    dist = parallel.context()
+    config, lr_line = scale_learning_rate(resolved, dist.world_size)
     t = config.training
     run_dir = run_dir_for(resolved)
-    dist = parallel.context()
     main = dist.is_main
     if main:
         start_from = _resume_point(run_dir, resume_from, config.output.overwrite)
@@ -253,6 +255,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         peak_tflops=_peak_tflops(config, platform, device),
     )
     _print_start(resolved, platform, trainer, run_dir)
+    if lr_line:
+        print(lr_line)
     if start_from is not None:
         changes = config_changes((start_from / "config.yaml").read_text(encoding="utf-8"), config)
         meta = trainer.load_checkpoint(start_from)
@@ -261,6 +265,9 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
     result = trainer.fit()
     confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
+    final_weights = None
+    if trainer.sharded and config.checkpoint.save_final_model and not result.interrupted:
+        final_weights = trainer.full_state_dict()  # collective: gathered on rank 0
     if not main:
         return RunSummary(
             run_dir, result.final_metrics, result.state.best_metric, result.stop_reason,
@@ -268,7 +275,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
             trainer.stop_signal, trainer.last_checkpoint,
         )  # fmt: skip
     if config.checkpoint.save_final_model and not result.interrupted:
-        _save_final_model(trainer, run_dir)
+        _save_final_model(trainer, run_dir, final_weights)
     summary = RunSummary(
         run_dir=run_dir,
         final_metrics=result.final_metrics,
@@ -394,7 +401,7 @@ def ckpt_latest(run_dir: Path) -> Path | None:
     return found.path if found else None
 
 
-def _save_final_model(trainer, run_dir: Path) -> None:
+def _save_final_model(trainer, run_dir: Path, weights: dict | None = None) -> None:
     # A task that knows its own model format (a Hugging Face folder) saves itself.
     save_final = getattr(trainer.task, "save_final", None)
     if save_final is not None:
@@ -408,7 +415,8 @@ def _save_final_model(trainer, run_dir: Path) -> None:
         return
     from safetensors.torch import save_file
 
-    state = {k: v.detach().contiguous().cpu() for k, v in trainer.model.state_dict().items()}
+    source = weights if weights is not None else trainer.model.state_dict()
+    state = {k: v.detach().contiguous().cpu().clone() for k, v in source.items()}
     tmp = run_dir / ".model.safetensors.tmp"
     save_file(state, str(tmp), metadata={"config_hash": trainer.config_hash})
     tmp.replace(run_dir / "model.safetensors")
@@ -435,5 +443,6 @@ def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> 
         + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
     )
     if world > 1:
-        print(f"distributed: {world} processes, backend {trainer.dist.backend}, DDP")
+        mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
+        print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
     print(f"run folder: {run_dir}")

@@ -190,8 +190,18 @@ class Trainer:
             elif hasattr(self.model, "gradient_checkpointing_enable"):  # Hugging Face models
                 self.model.gradient_checkpointing_enable()
         self.dist = parallel.context()
+        self.sharded = self.dist.enabled and config.hardware.data_parallel == "fsdp"
         wrapped: nn.Module = self.model
-        if self.dist.enabled:
+        if self.sharded:
+            from torch.distributed.fsdp import fully_shard
+
+            # One FSDP unit per block of every ModuleList (transformer layers), then the rest.
+            for module in list(self.model.modules()):
+                if isinstance(module, nn.ModuleList):
+                    for block in module:
+                        fully_shard(block)
+            fully_shard(self.model)
+        elif self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [device.index] if device.type == "cuda" else None
@@ -353,7 +363,10 @@ class Trainer:
                 return False
 
     def _no_sync(self, skip_reduce: bool) -> Any:
-        """DDP: reduce gradients once per optimizer step, not once per micro-batch."""
+        """DDP/FSDP: reduce gradients once per optimizer step, not once per micro-batch."""
+        if self.sharded:
+            self.model.set_requires_gradient_sync(not skip_reduce)
+            return _NO_COUNT
         if skip_reduce and self.dist.enabled:
             ddp = self.forward_model
             ddp = getattr(ddp, "_orig_mod", ddp)  # under torch.compile
@@ -390,7 +403,9 @@ class Trainer:
             totals = torch.stack([loss_sum.reshape(()), loss_sum.new_tensor(float(sums.weight))])
             parallel.all_reduce_sum(totals)
             loss_sum, weight = totals[0], totals[1]
-            if grads:
+            if grads and self.sharded:  # DTensor gradients take a plain number
+                torch._foreach_mul_(grads, float(self.dist.world_size / weight))
+            elif grads:
                 torch._foreach_mul_(grads, self.dist.world_size / weight)
         else:
             weight = max(1, sums.weight)
@@ -403,6 +418,8 @@ class Trainer:
         elif t.skip_nonfinite_steps and grads and scaler is None:
             norm = nn.utils.get_total_norm(grads, foreach=True)
         step_loss = loss_sum / weight
+        if norm is not None and hasattr(norm, "full_tensor"):  # FSDP: a DTensor norm
+            norm = norm.full_tensor()
         finite = True
         if t.skip_nonfinite_steps:
             # One scalar read per step. Under fp16 the grad scaler already skips steps with
@@ -572,6 +589,8 @@ class Trainer:
         scheduler.pop("lr_lambdas", None)  # the schedule's shape comes from the config
         root = self.run_dir / "checkpoints"
         folder = root / name
+        if self.sharded:
+            return self._save_sharded(name, root, scheduler, paused_from)
         if self.dist.enabled:
             # Rank 0 writes; every rank's own loader position and RNG go in with it.
             own = {"train_loader": self.task.train_loader.state_dict(), "rng": capture_rng()}
@@ -597,20 +616,7 @@ class Trainer:
                 },
             )
         )
-        meta = {
-            "name": name,
-            "epoch": self.state.epoch,
-            "global_step": self.state.global_step,
-            "batch_in_epoch": self.state.batch_in_epoch,
-            "micro_batch_in_window": self.step_sums.micro,
-            "best_val": self.state.best_metric,
-            "best_metric": self.config.evaluation.metric_for_best_model,
-            "best_step": self.state.best_step,
-            "best_epoch": self.state.best_epoch,
-            "config_hash": self.config_hash,
-            "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
-            "versions": ckpt.library_versions(),
-        }
+        meta = self._meta(name)
         keep = self.config.checkpoint.save_total_limit
         config_yaml = self.config_yaml
 
@@ -633,11 +639,85 @@ class Trainer:
         self.emit("on_save", folder)
         return folder
 
+    def _meta(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "epoch": self.state.epoch,
+            "global_step": self.state.global_step,
+            "batch_in_epoch": self.state.batch_in_epoch,
+            "micro_batch_in_window": self.step_sums.micro,
+            "best_val": self.state.best_metric,
+            "best_metric": self.config.evaluation.metric_for_best_model,
+            "best_step": self.state.best_step,
+            "best_epoch": self.state.best_epoch,
+            "config_hash": self.config_hash,
+            "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
+            "versions": ckpt.library_versions(),
+            "world_size": self.dist.world_size,
+            "sharded": self.sharded,
+        }
+
+    def _save_sharded(self, name: str, root: Path, scheduler: dict, paused_from: float) -> Path:
+        """FSDP: every rank writes its shards with torch.distributed.checkpoint into the
+        temporary folder; rank 0 adds the rest and commits it. Synchronous."""
+        import shutil
+
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        folder = root / name
+        tmp = root / f".tmp-{name}-sharded"
+        if self.dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        parallel.barrier()
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(tmp / "dcp"))
+        own = {"train_loader": self.task.train_loader.state_dict(), "rng": capture_rng()}
+        per_rank = [_from_bytes(b) for b in parallel.gather_objects(_to_bytes(own))]
+        if self.dist.is_main:
+            state = {
+                "scheduler": scheduler,
+                "scaler": self.precision.scaler.state_dict() if self.precision.scaler else None,
+                "trainer": self.state.state_dict(),
+                "accumulation": None,
+                "world_size": self.dist.world_size,
+                "per_rank": per_rank,
+            }
+            meta = self._meta(name)
+            ckpt.save_checkpoint(
+                folder, model_state=None, state=state, meta=meta, config_yaml=self.config_yaml,
+                tmp=tmp,
+            )  # fmt: skip
+            ckpt.write_run_meta(root, meta)
+            ckpt.rotate(root, self.config.checkpoint.save_total_limit)
+        parallel.barrier()
+        self.window.paused_s += time.perf_counter() - paused_from
+        self.last_checkpoint = folder
+        self.emit("on_save", folder)
+        return folder
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on CPU (gathered from the shards under FSDP; a
+        collective then: every rank calls it, rank 0 gets the tensors)."""
+        if not self.sharded:
+            return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
     def load_checkpoint(self, folder: Path) -> dict[str, Any]:
         model_state, state, meta = ckpt.load_checkpoint(folder)
-        self._check_shapes(model_state, folder)
-        self.model.load_state_dict(model_state)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if model_state is None or self.sharded:
+            self._load_sharded(folder, model_state)
+        else:
+            self._check_shapes(model_state, folder)
+            self.model.load_state_dict(model_state)
+            self.optimizer.load_state_dict(state["optimizer"])
         scheduler = dict(state["scheduler"])
         scheduler["lr_lambdas"] = [None] * len(self.scheduler.lr_lambdas)
         self.scheduler.load_state_dict(scheduler)
@@ -658,6 +738,28 @@ class Trainer:
         self.step_sums.load_state_dict(state.get("accumulation"), self.params, self.device)
         restore_rng(own["rng"])
         return meta
+
+    def _load_sharded(self, folder: Path, full: dict[str, torch.Tensor] | None) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if full is not None or not self.sharded:
+            raise UserError(
+                f"checkpoint {folder} is {'not ' if full is not None else ''}sharded and this "
+                f"run {'is' if self.sharded else 'is not'}",
+                "resume with the hardware.data_parallel setting it was written with",
+            )
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        try:
+            dcp.load({"model": model_state, "optimizer": optim_state}, checkpoint_id=folder / "dcp")
+        except Exception as err:
+            raise UserError(
+                f"checkpoint {folder} does not fit this model: {str(err).splitlines()[0]}",
+                "resume with the model settings the checkpoint was trained with",
+            ) from None
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state
+        )
 
     def _check_shapes(self, saved: dict[str, torch.Tensor], folder: Path) -> None:
         current = self.model.state_dict()

@@ -3,8 +3,8 @@
 `main()` gathers the machine's facts (`doctor_facts`), resolves the run config the way
 `trainforge train` would (profile: auto picks from the same detection), runs every check
 (`doctor_checks`) and prints a table: status, check, finding, and the fix under each warning
-or problem. Then one line per problem goes to stderr and the exit code is 2; a healthy
-machine exits 0 (warnings alone do not fail it).
+or problem. Then one line per problem goes to stderr and the exit code is 1; a healthy
+machine exits 0 (warnings alone do not fail it). A bad command line exits 2 as usual.
 
 Nothing here imports torch at module level: the torch checks import it lazily and report a
 missing or broken PyTorch as a finding.
@@ -85,11 +85,11 @@ def _plural(count: int, noun: str) -> str:
 
 
 def run(ctx: Context) -> int:
-    """Print the report; 2 when any check found a problem, else 0."""
+    """Print the report; 1 when any check found a problem, else 0."""
     headline = "trainforge doctor: " + ctx.facts.platform.describe()[0].removeprefix("platform: ")
     out, err = render(diagnose(ctx), headline)
     print("\n".join(out))
     if err:
         print("\n".join(err), file=sys.stderr)
-        return 2
+        return 1
     return 0
