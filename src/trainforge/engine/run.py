@@ -184,14 +184,13 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     import torch
 
     from trainforge import parallel
+    from trainforge.config.lr_scaling import scale_learning_rate
     from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, GracefulStop, TimeLimit
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
     from trainforge.observe import MetricsCallback, ProgressDisplay, build_loggers
     from trainforge.observe.loggers import flatten
     from trainforge.tasks import build_task
-
-    from trainforge.config.lr_scaling import scale_learning_rate
 
     dist = parallel.context()
     config, lr_line = scale_learning_rate(resolved, dist.world_size)
