@@ -1,0 +1,214 @@
+"""`trainforge slurm`: validate a run config for the nodes asked for, render the sbatch script,
+print it or submit it.
+
+The top-level command forwards its arguments here (`slurm_main`), so importing the
+`trainforge` command stays light. Usage errors are one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import platform as _stdlib_platform
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.exceptions import TyperException
+
+from trainforge.errors import UserError
+from trainforge.launch.slurm import (
+    SlurmJob,
+    check_directive,
+    check_name,
+    job_name_for,
+    parse_time,
+    render_script,
+    submit,
+)
+
+slurm_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@slurm_app.command()
+def slurm_command(
+    config: Annotated[Path, typer.Argument(help="Run config file (.yaml or .json).")],
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes to run on.")],
+    gpus_per_node: Annotated[
+        int,
+        typer.Option("--gpus-per-node", min=0, help="GPUs per node, one process each; 0: CPU."),
+    ],
+    time: Annotated[str, typer.Option("--time", help="Wall-clock limit, HH:MM:SS or D-HH:MM:SS.")],
+    partition: Annotated[str | None, typer.Option("--partition", help="Slurm partition.")] = None,
+    account: Annotated[str | None, typer.Option("--account", help="Slurm account.")] = None,
+    job_name: Annotated[
+        str | None, typer.Option("--job-name", help="Job name (default: the config's name).")
+    ] = None,
+    output_dir: Annotated[
+        str, typer.Option("--output-dir", help="Folder for the Slurm log and the script.")
+    ] = "runs/slurm",
+    procs_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--procs-per-node", min=1, help="CPU jobs (--gpus-per-node 0): processes per node."
+        ),
+    ] = None,
+    cpus_per_task: Annotated[
+        int | None,
+        typer.Option(
+            "--cpus-per-task",
+            min=1,
+            help="CPUs per node for torchrun's processes (default: processes x (1 + loader "
+            "workers)).",
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="Hardware profile name, or auto (default).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override any field: --set training.seed=1 (repeatable)."),
+    ] = None,
+    sbatch_options: Annotated[
+        list[str] | None,
+        typer.Option("--sbatch", help="Extra #SBATCH option, e.g. --sbatch qos=high (repeatable)."),
+    ] = None,
+    do_submit: Annotated[
+        bool, typer.Option("--submit", help="Write the script to --output-dir and sbatch it.")
+    ] = False,
+) -> None:
+    """Render an sbatch script (srun + torchrun, checkpoint and requeue on SIGUSR1); print it
+    or submit it."""
+    job = build_job(
+        config,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        time=time,
+        partition=partition,
+        account=account,
+        job_name=job_name,
+        output_dir=output_dir,
+        procs_per_node=procs_per_node,
+        cpus_per_task=cpus_per_task,
+        profile=profile,
+        overrides=set_ or [],
+        sbatch_options=sbatch_options or [],
+    )
+    script = render_script(job)
+    if not do_submit:
+        sys.stdout.write(script)
+        return
+    job_id, path = submit(job, script)
+    print(f"Submitted batch job {job_id}")
+    print(f"script: {path}")
+    print(f"log:    {job.log_path(job_id)}")
+    print(f"watch:  squeue -j {job_id}; tail -f {job.log_path(job_id)}")
+
+
+def build_job(
+    config: Path,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    time: str,
+    partition: str | None = None,
+    account: str | None = None,
+    job_name: str | None = None,
+    output_dir: str = "runs/slurm",
+    procs_per_node: int | None = None,
+    cpus_per_task: int | None = None,
+    profile: str | None = None,
+    overrides: list[str] | None = None,
+    sbatch_options: list[str] | None = None,
+) -> SlurmJob:
+    """Check every option and the config (for the nodes the job will run on); UserError else."""
+    from trainforge.config import validate
+
+    parse_time(time)
+    for flag, value in (("--partition", partition), ("--account", account)):
+        if value is not None:
+            check_name(flag, value)
+    if job_name is not None:
+        check_name("--job-name", job_name, job_name=True)
+    if "\n" in output_dir or not output_dir.strip():
+        raise UserError(f"--output-dir {output_dir!r} is not a folder name", "give a folder path")
+    extra = tuple(check_directive(d) for d in sbatch_options or [])
+    if gpus_per_node and procs_per_node not in (None, gpus_per_node):
+        raise UserError(
+            f"--procs-per-node {procs_per_node} with --gpus-per-node {gpus_per_node}: GPU jobs "
+            "run one process per GPU",
+            "drop --procs-per-node (it is for CPU jobs, --gpus-per-node 0)",
+        )
+    nproc = gpus_per_node or procs_per_node or 1
+    # CPU processes talk over Gloo; the user's own --set values come later and win.
+    sets = ([] if gpus_per_node else ["hardware.distributed_backend=gloo"]) + list(overrides or [])
+    train_args = (["--profile", profile] if profile else []) + [
+        word for item in sets for word in ("--set", item)
+    ]
+    resolved = validate(
+        config, platform=target_platform(nodes, gpus_per_node), profile=profile, overrides=sets
+    )
+    workers = resolved.config.data.dataloader_num_workers
+    return SlurmJob(
+        config=str(config),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        time=time.strip(),
+        procs_per_node=nproc,
+        cpus_per_task=cpus_per_task or nproc * (1 + workers),
+        job_name=job_name or job_name_for(resolved.config.name, str(config)),
+        output_dir=output_dir,
+        partition=partition,
+        account=account,
+        extra_directives=extra,
+        train_args=tuple(train_args),
+        env_bin=str(Path(sys.executable).parent),
+        profile_note=_profile_note(resolved.profile.name, resolved.profile_reason, gpus_per_node),
+    )
+
+
+def _profile_note(name: str, reason: str, gpus_per_node: int) -> str:
+    if reason.startswith("auto:"):
+        what = f"{gpus_per_node} GPUs" if gpus_per_node else "no GPU"
+        reason = f"what profile: auto picks on a Slurm node with {what}"
+    return f"{name} ({reason})"
+
+
+def target_platform(nodes: int, gpus_per_node: int):
+    """A compute node of the job as detection will see it: the config is checked against
+    that, not against the login node `trainforge slurm` runs on (often without GPUs)."""
+    from trainforge.hardware.platform import GpuInfo, Platform, SlurmInfo
+
+    gpus = tuple(GpuInfo(i, "allocated GPU", 0.0, None) for i in range(gpus_per_node))
+    return Platform(
+        kind="cuda" if gpus_per_node else "cpu",
+        device="cuda" if gpus_per_node else "cpu",
+        arch=_stdlib_platform.machine(),
+        os_name="linux",
+        cpu_count=1,
+        memory_gib=0.0,
+        gpus=gpus,
+        jetson=None,
+        slurm=SlurmInfo(
+            job_id="(new)",
+            num_nodes=nodes,
+            num_tasks=nodes,
+            gpus_per_node=gpus_per_node or None,
+            node_rank=None,
+            partition=None,
+            nodelist=None,
+        ),
+    )
+
+
+def slurm_main(argv: list[str]) -> int:
+    """Run `trainforge slurm ARGV`; UserError propagates to the top-level handler."""
+    prog = "trainforge slurm"
+    try:
+        slurm_app(args=argv, prog_name=prog, standalone_mode=False)
+    except typer.Exit as done:
+        return int(done.exit_code)
+    except TyperException as err:  # usage errors (typer's own click)
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        print(f"{prog}: {message.rstrip('.')}. See {prog} --help", file=sys.stderr)
+        return 2
+    return 0

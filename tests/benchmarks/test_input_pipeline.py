@@ -1,0 +1,59 @@
+"""The input-pipeline benchmark times the same transforms on both sides (small sizes here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import input_pipeline as ip
+
+from trainforge.data.augment import crop_flip
+
+
+def test_both_pipelines_compute_the_same_images_for_the_same_random_choices():
+    assert ip.same_transforms(num_images=8) == 0.0
+
+
+def test_slice_crop_diagnostic_equals_crop_flip():
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (12, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    offsets_y = torch.randint(0, 9, (12,), generator=generator)
+    offsets_x = torch.randint(0, 9, (12,), generator=generator)
+    flips = torch.rand(12, generator=generator) < 0.5
+    expected = crop_flip(images, offsets_y, offsets_x, flips, 4)
+    assert torch.equal(ip.crop_flip_slices(images, offsets_y, offsets_x, flips, 4), expected)
+
+
+def test_each_round_is_one_full_epoch_of_the_same_images_on_every_side():
+    pipelines = ip.Pipelines(num_images=64, batch_size=16, workers=0)
+    try:
+        assert pipelines.seed() > 0
+        assert pipelines.trainforge() > 0
+        assert pipelines.trainforge(pipelines.slice_augment) > 0
+        assert len(pipelines.seed_loader.dataset) == len(pipelines.loader.dataset) == 64
+        seed_images = torch.from_numpy(pipelines.seed_loader.dataset.data).permute(0, 3, 1, 2)
+        assert torch.equal(seed_images, pipelines.loader.dataset.images)
+    finally:
+        pipelines.close()
+
+
+def test_data_wait_comes_from_the_trainers_timed_window():
+    metrics = ip.data_wait_run(warmup_steps=1, timed_steps=2, batch_size=16, dim=16)
+    assert 0.0 < metrics["data_wait_share"] < 1.0
+    assert metrics["samples_per_s"] > 0 and metrics["step_time_s"] > 0
+
+
+def test_run_reports_the_speedup_and_the_data_wait_share():
+    text, ratios = ip.run(repeats=1, batch_size=16, batches_per_epoch=2, workers=2,
+                          train_steps=(1, 2))  # fmt: skip
+    assert "seed: torchvision per sample, 2 worker processes" in text
+    assert "trainforge: uint8 in memory + BatchAugment" in text
+    assert "same transforms: max |difference| 0.00e+00" in text
+    assert ratios["input_pipeline_speedup"] > 0
+    assert ratios["input_pipeline_slices_speedup"] > 0
+    assert 0.0 < ratios["data_wait_share"] < 1.0
+    assert ratios["input_transform_max_diff"] == 0.0

@@ -1,0 +1,77 @@
+"""The rendered scripts' torchrun wrapper, with the real torchrun and Slurm-style signals.
+
+Slurm signals every process of a job step (torchrun and its workers alike). The stand-in
+workers here handle a signal the way the training loop does (record it, put the previous
+disposition back, so a second copy would abort), then rank 1 leaves at once while rank 0
+needs two more seconds (saving, `scontrol requeue`). Both must finish: torchrun must neither
+forward a second copy nor stop rank 0 when rank 1 exits first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainforge.launch.slurm import TORCHRUN_SIGNALS_TO_HANDLE, TORCHRUN_WRAPPER
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+
+WORKER = """\
+import os, signal, sys, time
+rank, out = os.environ["RANK"], os.environ["OUT"]
+received, previous = [], {}
+
+def handler(signum, frame):
+    received.append(signum)
+    signal.signal(signum, previous[signum])  # as the training loop: a second copy aborts
+
+for sig in (signal.SIGTERM, signal.SIGUSR1):
+    previous[sig] = signal.signal(sig, handler)
+with open(f"{out}/{rank}.pid", "w") as f:
+    f.write(str(os.getpid()))
+deadline = time.monotonic() + 60
+while not received and time.monotonic() < deadline:
+    time.sleep(0.01)
+with open(f"{out}/{rank}.log", "a") as f:
+    f.write(f"stopping on {signal.Signals(received[0]).name}\\n")
+time.sleep(2.0 if rank == "0" else 0.0)  # rank 0 saves and requeues; rank 1 leaves
+with open(f"{out}/{rank}.log", "a") as f:
+    f.write("finished\\n")
+sys.exit(128 + received[0])
+"""
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is installed with torch")
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_every_training_process_gets_the_step_signal_once_and_finishes(tmp_path, sig):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    env = dict(os.environ, OUT=str(tmp_path), PET_SIGNALS_TO_HANDLE=TORCHRUN_SIGNALS_TO_HANDLE)
+    proc = subprocess.Popen(
+        [*TORCHRUN_WRAPPER, str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(worker)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    pids = [tmp_path / "0.pid", tmp_path / "1.pid"]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() and p.read_text() for p in pids):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"workers did not start:\n{proc.communicate()[0]}")
+        time.sleep(0.05)
+    for pid in [proc.pid, *(int(p.read_text()) for p in pids)]:  # the whole step, as Slurm
+        os.kill(pid, sig)
+    out, _ = proc.communicate(timeout=120)
+    name = signal.Signals(sig).name
+    for rank in ("0", "1"):
+        path = tmp_path / f"{rank}.log"
+        log = path.read_text().splitlines() if path.exists() else []  # [] if killed at once
+        assert log == [f"stopping on {name}", "finished"], f"rank {rank}: {log}\n{out}"
+    # torchrun stayed up until rank 0 was done, then reported the non-zero exits.
+    assert proc.returncode == 1, out
+    assert f"exitcode  : {128 + sig}" in out
