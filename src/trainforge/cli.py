@@ -7,6 +7,7 @@ Heavy imports (torch) happen inside the commands that need them, so `validate`,
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -57,7 +58,7 @@ def train(
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch_size", help="Per-device batch.")
+        str | None, typer.Option("--batch_size", help="Per-device batch, or auto.")
     ] = None,
     learning_rate: Annotated[float | None, typer.Option("--learning_rate")] = None,
     max_epochs: Annotated[float | None, typer.Option("--max_epochs")] = None,
@@ -116,6 +117,8 @@ def train(
 
 
 def _print_summary(summary) -> None:
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
+        return
     run = summary.run_dir
     metrics = summary.final_metrics
     print(

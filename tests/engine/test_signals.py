@@ -107,3 +107,34 @@ def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):
     assert "training.max_steps: 100000 -> " in out  # the changed key is named
     summary = json.loads((tmp_path / "runs/sig/summary.json").read_text())
     assert summary["global_step"] == step + 3
+
+
+def test_ranks_agree_on_the_signal_and_prefer_the_requeue_signal(monkeypatch):
+    """A rank that got no signal (or SIGTERM) takes SIGUSR1 when another rank got it, so
+    rank 0 requeues the Slurm job whichever rank Slurm's signal reached first."""
+    from types import SimpleNamespace
+
+    from trainforge import parallel
+    from trainforge.engine.callbacks import GracefulStop
+
+    seen: list[int] = []
+
+    def other_rank_got_usr1(value: int) -> int:
+        seen.append(value)
+        return max(value, GracefulStop.SIGNALS.index("SIGUSR1") + 1)
+
+    monkeypatch.setattr(parallel, "agree_max", other_rank_got_usr1)
+    saved: list[str] = []
+    trainer = SimpleNamespace(
+        dist=SimpleNamespace(enabled=True),
+        should_stop=False,
+        save_checkpoint=lambda name, wait: saved.append(name),
+        stop=lambda reason: None,
+    )
+    for mine in (None, "SIGTERM"):
+        stop = GracefulStop()
+        stop.received = mine
+        stop.on_step_end(trainer)
+        assert trainer.stop_signal == "SIGUSR1"
+    assert seen == [0, GracefulStop.SIGNALS.index("SIGTERM") + 1]
+    assert saved == ["checkpoint_interrupted"] * 2

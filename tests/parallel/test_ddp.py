@@ -74,6 +74,7 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert two.returncode == 0, two.stderr[-3000:]
     assert "64 x 1 accumulation x 2 processes = 128" in two.stdout
     assert two.stdout.count("run folder:") == 1  # rank 0 alone prints
+    assert two.stdout.count("done: ") == 1, two.stdout
     a, b = final_weights(tmp_path, "one"), final_weights(tmp_path, "two")
     # Stated tolerance: same samples in every step, only the order of floating-point sums
     # differs (~1e-8). The attention key bias gets a zero true gradient (softmax ignores a

@@ -2,8 +2,10 @@
 
 The seed notes' rule: batch 24 at 3e-4 becomes batch 20 at 3e-4 x 20/24 = 2.5e-4 (linear);
 `sqrt` scales by the square root; `none` leaves the rate alone. The reference is
-`optimizer.reference_batch_size`, else the global batch the config file itself asks for.
-A learning rate given on the command line is taken as meant for the batch in use.
+`optimizer.reference_batch_size`, else the global batch the config file itself asks for,
+else (with `per_device_train_batch_size: auto`) `AUTO_GLOBAL_BATCH`. The batch fit keeps
+that same reference as the global batch, so the two agree: a fit that keeps it changes no
+rate. A learning rate given on the command line is taken as meant for the batch in use.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Any
 
 from trainforge.config.loading import ResolvedConfig, read_config_file
 from trainforge.config.schema import RunConfig
+
+# The global batch `per_device_train_batch_size: auto` keeps when nothing else names one:
+# the schema's default micro-batch (128) without accumulation.
+AUTO_GLOBAL_BATCH = 128
 
 
 def _file_global_batch(resolved: ResolvedConfig) -> int | None:
@@ -33,15 +39,24 @@ def _file_global_batch(resolved: ResolvedConfig) -> int | None:
     return batch * accumulation
 
 
+def reference_global_batch(resolved: ResolvedConfig) -> int | None:
+    """The global batch the learning rate was tuned for (None: not known)."""
+    config = resolved.config
+    reference = config.optimizer.reference_batch_size or _file_global_batch(resolved)
+    if reference is None and config.training.per_device_train_batch_size == "auto":
+        return AUTO_GLOBAL_BATCH
+    return reference
+
+
 def scale_learning_rate(resolved: ResolvedConfig, world_size: int = 1) -> tuple[RunConfig, str]:
     """(config with the scaled rate, the line to print; empty when nothing changed)."""
     config = resolved.config
     o, t = config.optimizer, config.training
-    if o.lr_scaling == "none":
-        return config, ""
+    if o.lr_scaling == "none" or t.per_device_train_batch_size == "auto":
+        return config, ""  # auto: scaled once the batch fit has chosen the numbers
     if resolved.sources.get("optimizer.learning_rate", "").startswith("flag"):
         return config, ""
-    reference = o.reference_batch_size or _file_global_batch(resolved)
+    reference = reference_global_batch(resolved)
     used = t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size
     if reference is None or reference == used:
         return config, ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Device = Literal["auto", "cuda", "mps", "cpu"]
@@ -151,6 +151,11 @@ class OptimizerConfig(Section):
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
     adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    fused: bool | None = Field(
+        None,
+        description="AdamW's fused kernel (None: on for CUDA and CPU, off for FSDP-sharded "
+        "parameters; false: torch's per-tensor loop).",
+    )
     lr_scaling: Literal["linear", "sqrt", "none"] = Field(
         "linear",
         description="When a profile, a flag or the process count changes the global batch "
@@ -161,7 +166,7 @@ class OptimizerConfig(Section):
         None,
         ge=1,
         description="Global batch learning_rate was tuned for (None: the config file's own "
-        "per_device_train_batch_size x gradient_accumulation_steps).",
+        "per_device_train_batch_size x gradient_accumulation_steps; with auto, 128).",
     )
 
 
@@ -181,7 +186,21 @@ class TrainingConfig(Section):
     max_steps: int = Field(
         -1, ge=-1, description="Optimizer steps to train; -1 uses num_train_epochs."
     )
-    per_device_train_batch_size: int = Field(128, ge=1, description="Micro-batch per device.")
+    per_device_train_batch_size: int | Literal["auto"] = Field(
+        128,
+        description="Micro-batch per device, or auto: the largest that fits the memory "
+        "budget (hardware.memory_budget_gib, else the GPU's memory or the available RAM) "
+        "less batch_fit_margin, found with real training steps at start; "
+        "gradient_accumulation_steps is then set to keep the global batch "
+        "(optimizer.reference_batch_size, else the config file's own, else 128).",
+    )
+    batch_fit_margin: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="per_device_train_batch_size auto: share of the memory budget kept free "
+        "(0.1 = 10%).",
+    )
     gradient_accumulation_steps: int = Field(
         1, ge=1, description="Micro-batches per optimizer step."
     )
@@ -203,6 +222,17 @@ class TrainingConfig(Section):
         None, ge=1, description="CPU threads for torch (None: all cores)."
     )
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    channels_last: bool = Field(
+        False,
+        description="Keep the model and image batches in channels-last memory format "
+        "(faster convolutions on tensor cores; vision tasks).",
+    )
+    cudnn_benchmark: bool = Field(
+        False,
+        description="CUDA: let cuDNN time its convolution algorithms and keep the fastest "
+        "(fixed input sizes; the chosen algorithm may differ between runs, so bitwise "
+        "reproducibility on the GPU is traded away).",
+    )
     skip_nonfinite_steps: bool = Field(
         True,
         description="Skip the optimizer step when the loss or gradient is NaN/Inf "
@@ -211,6 +241,23 @@ class TrainingConfig(Section):
     max_consecutive_nonfinite_steps: int = Field(
         10, ge=1, description="Stop the run after this many skipped steps in a row."
     )
+
+    @field_validator("per_device_train_batch_size", mode="before")
+    @classmethod
+    def _batch_or_auto(cls, value: object) -> object:
+        # One clear message instead of one per member of the int | "auto" union.
+        if value == "auto":
+            return value
+        try:
+            number = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            number = None
+        whole = number is not None and (number == value or str(number) == value)
+        if isinstance(value, bool) or not whole:
+            raise ValueError("must be a whole number of at least 1, or auto")
+        if number < 1:
+            raise ValueError("must be greater than or equal to 1, or auto")
+        return number
 
 
 class EvaluationConfig(Section):

@@ -6,6 +6,7 @@ augmentation fields the config leaves as None to each dataset's defaults.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.augment import BatchAugment
 from trainforge.data.loaders import make_loader
-from trainforge.data.memory import LoadedSplits
+from trainforge.data.memory import LoadedSplits, TensorImageDataset
 from trainforge.errors import UserError
 
 DATASET_NAMES = ("cifar10", "digits", "image-folder")
@@ -34,14 +35,23 @@ class ImageData:
     num_val: int
 
 
-def build_image_data(cfg: Any, *, batch_size: int, eval_batch_size: int, seed: int) -> ImageData:
+def build_image_data(
+    cfg: Any, *, batch_size: int, eval_batch_size: int, seed: int, device: Any = None
+) -> ImageData:
     """Load the dataset named by `cfg.dataset` and wrap it in resumable loaders.
 
     In-memory datasets (cifar10, digits) honour `cfg.dataloader_num_workers`, but 0 is fastest
     for them: a batch is one tensor gather, cheaper than shipping it from a worker process.
+    On an accelerator they are held there whole, as uint8, when they fit (`hold_on_device`).
     """
     splits = _load_splits(cfg)
-    common = {"cfg": cfg, "seed": seed, "batched_fetch": splits.batched_fetch}
+    on_device = device is not None and hold_on_device(splits, device)
+    common = {
+        "cfg": cfg,
+        "seed": seed,
+        "batched_fetch": splits.batched_fetch,
+        "on_device": on_device,
+    }
     train_loader = make_loader(splits.train, batch_size=batch_size, train=True, **common)
     val_loader = make_loader(splits.val, batch_size=eval_batch_size, train=False, **common)
     return ImageData(
@@ -55,6 +65,42 @@ def build_image_data(cfg: Any, *, batch_size: int, eval_batch_size: int, seed: i
         num_train=len(splits.train),
         num_val=len(splits.val),
     )
+
+
+# An in-memory data set moves to the accelerator when it takes at most this share of the
+# device's free memory; the rest stays for the model, activations and optimizer state.
+DEVICE_SHARE = 0.25
+
+
+def free_device_bytes(device: Any) -> int | None:
+    """Free memory of a CUDA device in bytes (None where it cannot be asked)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def hold_on_device(
+    splits: LoadedSplits, device: Any, free_bytes: Callable[[Any], int | None] | None = None
+) -> bool:
+    """Move in-memory train and val sets onto `device` when they fit; True when moved."""
+    if getattr(device, "type", "cpu") == "cpu":
+        return False
+    sets = (splits.train, splits.val)
+    if not all(isinstance(part, TensorImageDataset) for part in sets):
+        return False  # decoded from files per sample: stays with the loader's workers
+    size = sum(part.nbytes for part in sets)
+    free = (free_bytes or free_device_bytes)(device)
+    if free is None or size > DEVICE_SHARE * free:
+        why = "free device memory unknown" if free is None else "over 25% of free device memory"
+        print(f"data: {size / 2**20:.0f} MiB stays in host memory ({why})")
+        return False
+    for part in sets:
+        part.to(device)
+    print(f"data: {size / 2**20:.0f} MiB held on {device} as uint8, batches gathered there")
+    return True
 
 
 def _load_splits(cfg: Any) -> LoadedSplits:

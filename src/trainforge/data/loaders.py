@@ -25,6 +25,7 @@ def make_loader(
     train: bool,
     seed: int,
     batched_fetch: bool,
+    on_device: bool = False,
 ) -> StatefulDataLoader:
     """Build one loader: train reshuffles each epoch from `seed`, val keeps the dataset order.
 
@@ -33,7 +34,8 @@ def make_loader(
     """
     if batch_size < 1:
         raise UserError(f"batch size is {batch_size}, it must be at least 1")
-    num_workers = int(cfg.dataloader_num_workers)
+    # A data set held on the device is gathered there: no worker processes, nothing to pin.
+    num_workers = 0 if on_device else int(cfg.dataloader_num_workers)
     if num_workers < 0:
         raise UserError(
             f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
@@ -44,7 +46,7 @@ def make_loader(
         "drop_last": False,  # val must see every sample; train keeps the tail batch too
         "num_workers": num_workers,
         # Pinning without CUDA only costs a copy (and warns); it helps only host->GPU transfers.
-        "pin_memory": bool(cfg.pin_memory) and torch.cuda.is_available(),
+        "pin_memory": bool(cfg.pin_memory) and torch.cuda.is_available() and not on_device,
     }
     from trainforge.parallel import context
 

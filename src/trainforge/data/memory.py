@@ -66,8 +66,18 @@ class TensorImageDataset(Dataset):
         return self.images[index], self.labels[index]
 
     def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.int64)
+        index = torch.as_tensor(indices, dtype=torch.int64, device=self.images.device)
         return self.images[index], self.labels[index]
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.labels.nbytes
+
+    def to(self, device: torch.device) -> TensorImageDataset:
+        """Hold the whole data set on `device` (batches are then gathered there)."""
+        self.images = self.images.to(device)
+        self.labels = self.labels.to(device)
+        return self
 
 
 def passthrough_collate(batch: Any) -> Any:

@@ -149,9 +149,13 @@ class GracefulStop(Callback):
     def on_step_end(self, trainer: Trainer) -> None:
         if not trainer.dist.enabled or trainer.should_stop:
             return
-        # A signal may reach the ranks at different moments: all stop at the same step.
-        if parallel.agree_any(self.received is not None):
-            self.received = self.received or "SIGTERM"
+        # A signal may reach the ranks at different moments (or only some of them): all stop
+        # at the same step and agree on which signal it was, SIGUSR1 (checkpoint and
+        # requeue) before SIGTERM before SIGINT, so rank 0 requeues when any rank got USR1.
+        received = self.SIGNALS.index(self.received) + 1 if self.received else 0
+        agreed = parallel.agree_max(received)
+        if agreed:
+            self.received = self.SIGNALS[agreed - 1]
             self._stop(trainer)
 
     def on_fit_end(self, trainer: Trainer) -> None:

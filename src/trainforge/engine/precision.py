@@ -7,12 +7,12 @@ under `auto` because CPU autocast rarely pays off for training.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_FP32 = contextlib.nullcontext()
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
@@ -35,10 +35,7 @@ class Precision:
         scaler = torch.amp.GradScaler("cuda") if name == "fp16" and device.type == "cuda" else None
         return cls(name=name, device=device, scaler=scaler)
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self) -> contextlib.AbstractContextManager:
         if self.name == "fp32":
-            yield
-            return
-        with torch.autocast(device_type=self.device.type, dtype=DTYPES[self.name]):
-            yield
+            return _FP32
+        return torch.autocast(device_type=self.device.type, dtype=DTYPES[self.name])

@@ -185,6 +185,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
 
     from trainforge import parallel
     from trainforge.config.lr_scaling import scale_learning_rate
+    from trainforge.engine.batch_fit import resolve_auto_batch
     from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, GracefulStop, TimeLimit
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
@@ -193,19 +194,21 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     from trainforge.tasks import build_task
 
     dist = parallel.context()
-    config, lr_line = scale_learning_rate(resolved, dist.world_size)
-    t = config.training
     run_dir = run_dir_for(resolved)
     main = dist.is_main
     if main:
-        start_from = _resume_point(run_dir, resume_from, config.output.overwrite)
+        start_from = _resume_point(run_dir, resume_from, resolved.config.output.overwrite)
     parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
     if not main:
         start_from = _resume_point(run_dir, resume_from, True)
-    if t.num_threads:
-        torch.set_num_threads(t.num_threads)
+    if resolved.config.training.num_threads:
+        torch.set_num_threads(resolved.config.training.num_threads)
+    # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
+    resolved, fit_line = resolve_auto_batch(resolved, platform, device, start_from=start_from)
+    config, lr_line = scale_learning_rate(resolved, dist.world_size)
+    t = config.training
     seed_everything(t.seed)
-    task = build_task(config)  # may raise UserError (missing data): nothing written yet
+    task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
 
     text = config_yaml(config)
     if main:
@@ -254,6 +257,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         peak_tflops=_peak_tflops(config, platform, device),
     )
     _print_start(resolved, platform, trainer, run_dir)
+    if fit_line:
+        print(fit_line)
     if lr_line:
         print(lr_line)
     if start_from is not None:

@@ -449,7 +449,12 @@ def _shm_need_bytes(config: RunConfig | None) -> int | None:
     from trainforge.config import image_shape
 
     side, channels = image_shape(config)
-    batch = config.training.per_device_train_batch_size * side * side * channels
+    micro = config.training.per_device_train_batch_size
+    if micro == "auto":  # fitted at start: at most the global batch it keeps
+        from trainforge.config.lr_scaling import AUTO_GLOBAL_BATCH
+
+        micro = config.optimizer.reference_batch_size or AUTO_GLOBAL_BATCH
+    batch = micro * side * side * channels
     return config.data.dataloader_num_workers * (config.data.prefetch_factor or 2) * batch
 
 

@@ -98,14 +98,19 @@ def teardown() -> None:
 
 def agree_any(flag: bool) -> bool:
     """True on every rank when it is True on any rank (host-side, over Gloo)."""
+    return bool(agree_max(1 if flag else 0))
+
+
+def agree_max(value: int) -> int:
+    """The largest of every rank's `value`, on every rank (host-side, over Gloo)."""
     if not _CONTEXT.enabled:
-        return flag
+        return value
     import torch
     import torch.distributed as dist
 
-    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_CONTROL)
-    return bool(value.item())
+    tensor = torch.tensor([int(value)], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=_CONTROL)
+    return int(tensor.item())
 
 
 def all_reduce_sum(tensor: Any) -> Any:

@@ -5,16 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from trainforge.config.schema import RunConfig
     from trainforge.engine.task import Task
 
 
-def build_task(config: RunConfig) -> Task:
+def build_task(config: RunConfig, device: torch.device | None = None) -> Task:
+    """The task `config.task.kind` names; `device` lets in-memory data move to it."""
     kind = config.task.kind
     if kind == "image-classification":
         from trainforge.tasks.vision import ImageClassification
 
-        return ImageClassification.from_config(config)
+        return ImageClassification.from_config(config, device)
     if kind == "causal-lm":
         from trainforge.tasks.causal_lm import CausalLM
 

@@ -29,11 +29,14 @@ class ImageClassification:
     num_classes: int
     class_names: list[str]
     label_smoothing: float
+    channels_last: bool = False
     name: str = "image-classification"
     items_name: str = "samples"
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> ImageClassification:
+    def from_config(
+        cls, config: RunConfig, device: torch.device | None = None
+    ) -> ImageClassification:
         from trainforge.data import build_image_data
         from trainforge.models import build_vit
 
@@ -42,6 +45,7 @@ class ImageClassification:
             batch_size=config.training.per_device_train_batch_size,
             eval_batch_size=config.evaluation.per_device_eval_batch_size,
             seed=config.training.seed,
+            device=device,
         )
         model = build_vit(
             config.model,
@@ -58,6 +62,7 @@ class ImageClassification:
             num_classes=data.num_classes,
             class_names=list(data.class_names),
             label_smoothing=config.task.label_smoothing,
+            channels_last=config.training.channels_last,
         )
 
     def to_device(self, batch: Any, device: torch.device, train: bool) -> tuple[Tensor, Tensor]:
@@ -66,7 +71,10 @@ class ImageClassification:
         images = images.to(device, non_blocking=non_blocking)
         labels = labels.to(device, non_blocking=non_blocking)
         self.augment.to(device)
-        return self.augment(images, train=train), labels
+        images = self.augment(images, train=train)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images, labels
 
     def batch_size(self, batch: Any) -> int:
         return int(batch[1].shape[0])

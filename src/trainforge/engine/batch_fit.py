@@ -1,0 +1,318 @@
+"""Automatic batch fit: `training.per_device_train_batch_size: auto`.
+
+This module owns the search and the plan, and no torch: the largest micro-batch whose
+measured peak memory stays under the budget less a safety margin (doubling, then
+bisection, capped by the global batch and the data set), and the gradient accumulation
+that keeps the global batch. The measurements (one real training step per size, on CUDA,
+unified memory or CPU) live in `trainforge.engine.batch_probe`; `resolve_auto_batch`
+turns an `auto` config into plain numbers before the run builds its task and loaders.
+
+A probe is any callable `micro_batch -> peak bytes of one full training step` (forward,
+backward, optimizer step) that raises `OutOfMemory` when the step does not fit. Where an
+out-of-memory step cannot be caught (unified memory on Jetson and DGX Spark, and CPU RAM:
+the kernel's OOM killer ends the process instead), the search runs in `predict` mode: it
+extrapolates the peaks measured so far and never tries a size predicted to exceed the
+usable memory.
+
+Lightning's `Tuner.scale_batch_size` and Accelerate's `find_executable_batch_size` were
+considered: both find a size by running into CUDA out-of-memory errors, which on unified
+memory means the OOM killer, neither keeps the global batch through accumulation, and
+neither works with this project's task contract.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 1024**3
+
+MemoryProbe = Callable[[int], int]
+
+
+class OutOfMemory(Exception):
+    """Raised by a memory probe when a training step at that micro-batch does not fit."""
+
+
+@dataclass(frozen=True)
+class FitSearch:
+    """The outcome of the search: `micro_batch` is 0 when not even one sample fits."""
+
+    micro_batch: int
+    peak_bytes: int | None  # measured at micro_batch
+    budget_bytes: int
+    usable_bytes: int
+    margin: float
+    cap: int
+    # (size, bytes, note): note is fits, over, predicted (bytes: the prediction), held
+    # (bytes held before any step already over), or out of memory (bytes: None)
+    tried: list[tuple[int, int | None, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    micro_batch: int
+    accumulation: int
+    world_size: int
+    target: int  # the global batch asked for
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.accumulation * self.world_size
+
+    @property
+    def exact(self) -> bool:
+        return self.global_batch == self.target
+
+
+def gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.2f}"
+
+
+class _Predictor:
+    """Upper-bound peak estimates from the sizes measured so far (peaks grow with size).
+
+    With one measurement the whole growth over the baseline (weights, data) counts as
+    per-sample, which overestimates; with two or more the steepest slope between
+    neighbouring measurements is used.
+    """
+
+    def __init__(self, baseline_bytes: int) -> None:
+        self.baseline = baseline_bytes
+        self.points: dict[int, int] = {}
+
+    def add(self, size: int, peak: int) -> None:
+        self.points[size] = peak
+
+    def slope(self) -> float:
+        sizes = sorted(self.points)
+        if len(sizes) == 1:
+            return max(0.0, (self.points[sizes[0]] - self.baseline) / sizes[0])
+        steps = [(self.points[b] - self.points[a]) / (b - a) for a, b in itertools.pairwise(sizes)]
+        return max(0.0, *steps)
+
+    def predict(self, size: int) -> float | None:
+        below = [s for s in self.points if s <= size]
+        if not below:
+            return None if not self.points else float(self.points[min(self.points)])
+        nearest = max(below)
+        return self.points[nearest] + self.slope() * (size - nearest)
+
+
+def search_micro_batch(
+    probe: MemoryProbe,
+    *,
+    budget_bytes: int,
+    cap: int,
+    margin: float = 0.1,
+    predict: bool = False,
+    baseline_bytes: int = 0,
+    log: Callable[[str], None] = print,
+) -> FitSearch:
+    """The largest micro-batch in [1, cap] whose peak is at most budget x (1 - margin).
+
+    Doubling from 1 until a size does not fit (or the cap), then bisection between the
+    largest size that fits and the smallest that does not. With `predict`, a size whose
+    extrapolated peak is over the usable memory counts as not fitting and is never run.
+    """
+    assert cap >= 1 and 0.0 <= margin < 1.0
+    usable = int(budget_bytes * (1.0 - margin))
+    predictor = _Predictor(baseline_bytes)
+    tried: list[tuple[int, int | None, str]] = []
+    best_peak: dict[int, int] = {}
+
+    def fits(size: int) -> bool:
+        if predict and not predictor.points and baseline_bytes > usable:
+            log(
+                f"batch fit: {gib(baseline_bytes)} GiB held before any step, over the "
+                f"{gib(usable)} GiB usable: nothing tried"
+            )
+            tried.append((size, baseline_bytes, "held"))
+            return False
+        guess = predictor.predict(size) if predict else None
+        if guess is not None and guess > usable:
+            log(
+                f"batch fit: micro-batch {size}: predicted peak {gib(guess)} of "
+                f"{gib(usable)} GiB usable, over, not tried"
+            )
+            tried.append((size, int(guess), "predicted"))
+            return False
+        try:
+            peak = int(probe(size))
+        except OutOfMemory:
+            log(f"batch fit: micro-batch {size}: out of memory")
+            tried.append((size, None, "out of memory"))
+            return False
+        predictor.add(size, peak)
+        ok = peak <= usable
+        verdict = "fits" if ok else "over"
+        where = f"micro-batch {size}: peak {gib(peak)} of {gib(usable)} GiB usable"
+        log(f"batch fit: {where}, {verdict}")
+        tried.append((size, peak, verdict))
+        if ok:
+            best_peak[size] = peak
+        return ok
+
+    lo, hi = 0, cap + 1  # lo fits (0: none yet), hi does not
+    size = 1
+    while size <= cap:
+        if not fits(size):
+            hi = size
+            break
+        lo = size
+        size *= 2
+    if hi == cap + 1 and lo < cap:  # doubling stepped over the cap: try the cap itself
+        if fits(cap):
+            lo = cap
+        else:
+            hi = cap
+    while lo >= 1 and hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return FitSearch(lo, best_peak.get(lo), budget_bytes, usable, margin, cap, tried)
+
+
+def plan_accumulation(max_micro_batch: int, target: int, world_size: int = 1) -> BatchPlan:
+    """Micro-batch and accumulation for a global batch of `target` over `world_size` ranks.
+
+    The global batch is kept exactly when some split does it with a micro-batch of at least
+    half the fitted one (always so when `target` is a power of two). Otherwise the
+    micro-batch is rounded up to reach `target` in the fewest accumulation steps, so the
+    global batch is at most accumulation x world_size - 1 above `target`; learning-rate
+    scaling then adjusts the rate for the difference and prints it.
+    """
+    assert max_micro_batch >= 1 and target >= 1 and world_size >= 1
+    fewest = math.ceil(target / (world_size * max_micro_batch))
+    accumulation = fewest
+    while True:
+        micro, rest = divmod(target, world_size * accumulation)
+        if micro < max(1, math.ceil(max_micro_batch / 2)):
+            break
+        if rest == 0:
+            return BatchPlan(micro, accumulation, world_size, target)
+        accumulation += 1
+    micro = math.ceil(target / (world_size * fewest))
+    return BatchPlan(micro, fewest, world_size, target)
+
+
+def fit_line(plan: BatchPlan, search: FitSearch | None, how: str) -> str:
+    """The one line printed at start."""
+    world = f" x {plan.world_size} processes" if plan.world_size > 1 else ""
+    details = [] if plan.exact else [f"asked for {plan.target}, no exact split fits"]
+    if search is None:
+        details.append(how)
+    else:
+        peak = f", peak {gib(search.peak_bytes)} GiB at {search.micro_batch}"
+        capped = f", capped at {search.cap}" if search.micro_batch >= search.cap else ""
+        details.append(
+            f"budget {gib(search.budget_bytes)} GiB {how}{peak if search.peak_bytes else ''}, "
+            f"margin {search.margin:.0%}{capped}"
+        )
+    return (
+        f"batch fit: micro-batch {plan.micro_batch} x accumulation {plan.accumulation}{world} "
+        f"= global {plan.global_batch} ({'; '.join(details)})"
+    )
+
+
+def no_fit_error(search: FitSearch, how: str) -> Any:
+    from trainforge.errors import UserError
+
+    _, amount, note = search.tried[0] if search.tried else (1, None, "out of memory")
+    need = {
+        "over": f"even micro-batch 1 needs {gib(amount or 0)} GiB",
+        "predicted": f"even micro-batch 1 is predicted to need {gib(amount or 0)} GiB",
+        "held": f"the run holds {gib(amount or 0)} GiB before its first step",
+    }.get(note, "even micro-batch 1 runs out of memory")
+    return UserError(
+        f"training.per_device_train_batch_size = auto: {need}, over the "
+        f"{gib(search.usable_bytes)} GiB usable (budget {gib(search.budget_bytes)} GiB {how} "
+        f"less a {search.margin:.0%} margin)",
+        "raise hardware.memory_budget_gib or lower training.batch_fit_margin, turn on "
+        "training.gradient_checkpointing, or train a smaller model",
+    )
+
+
+# ------------------------------------------------------------------ the run's config
+def resolve_auto_batch(
+    resolved: Any,
+    platform: Any,
+    device: Any,
+    *,
+    start_from: Any = None,
+    log: Callable[[str], None] = print,
+) -> tuple[Any, str]:
+    """(the ResolvedConfig with `auto` replaced by numbers, the line to print at start).
+
+    A config without `auto` comes back unchanged with an empty line. The global batch kept
+    is `reference_global_batch` (see `trainforge.config.lr_scaling`), written back as
+    `optimizer.reference_batch_size` so learning-rate scaling compares against it. A resumed
+    run keeps the numbers its checkpoint was trained with instead of probing again.
+    """
+    from trainforge import parallel
+    from trainforge.config.lr_scaling import reference_global_batch
+
+    if resolved.config.training.per_device_train_batch_size != "auto":
+        return resolved, ""
+    world = parallel.context().world_size
+    target = reference_global_batch(resolved)
+    assert target is not None  # auto always has a reference
+    saved = _checkpoint_batch(start_from) if start_from is not None else None
+    if saved is not None:
+        micro, accumulation, target = saved
+        plan = BatchPlan(micro, accumulation, world, target)
+        line = fit_line(plan, None, "kept from the checkpoint, not probed again")
+        return _with_plan(resolved, plan), line
+    from trainforge.engine import batch_probe
+
+    search, how = batch_probe.fit(
+        resolved.config, platform, device, target=target, world_size=world, log=log
+    )
+    if search.micro_batch < 1:
+        raise no_fit_error(search, how)
+    plan = plan_accumulation(search.micro_batch, target, world)
+    return _with_plan(resolved, plan), fit_line(plan, search, how)
+
+
+def _checkpoint_batch(checkpoint: Any) -> tuple[int, int, int] | None:
+    import yaml
+
+    try:
+        saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8")) or {}
+        t, o = saved["training"], saved.get("optimizer") or {}
+        micro = int(t["per_device_train_batch_size"])
+        accumulation = int(t["gradient_accumulation_steps"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    reference = o.get("reference_batch_size")
+    return micro, accumulation, int(reference) if reference else micro * accumulation
+
+
+def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
+    from dataclasses import replace
+
+    config = resolved.config
+    training = config.training.model_copy(
+        update={
+            "per_device_train_batch_size": plan.micro_batch,
+            "gradient_accumulation_steps": plan.accumulation,
+        }
+    )
+    optimizer = config.optimizer.model_copy(update={"reference_batch_size": plan.target})
+    sources = dict(resolved.sources)
+    for key in (
+        "training.per_device_train_batch_size",
+        "training.gradient_accumulation_steps",
+        "optimizer.reference_batch_size",
+    ):
+        sources[key] = f"batch fit ({sources.get(key, 'default')})"
+    return replace(
+        resolved,
+        config=config.model_copy(update={"training": training, "optimizer": optimizer}),
+        sources=sources,
+    )
