@@ -138,3 +138,20 @@ def test_fp16_profile_on_a_cpu_machine_is_refused_like_the_cli(make_client):
     form = run_form(profile="jetson-orin")  # fp16: needs CUDA, this recorded machine has none
     errors = make_client(fixture=CPU).post("/api/runs", json=form).json()["errors"]
     assert any("training.precision = 'fp16': needs a CUDA device" in m for m in errors["_form"])
+
+
+def test_batch_size_auto_passes_the_validator_and_reaches_the_command_line(project):
+    from trainforge.web.dialog import TrainForm, validate_form
+    from trainforge.web.settings import WebSettings
+
+    settings = WebSettings(root=project, fixture=CPU)
+    platform = detect(load_fixture(CPU))
+    resolved, argv = validate_form(settings, platform, TrainForm(**run_form(batch_size="auto")))
+    assert resolved.config.training.per_device_train_batch_size == "auto"
+    assert "training.per_device_train_batch_size=auto" in argv
+    try:
+        validate_form(settings, platform, TrainForm(**run_form(batch_size="most")))
+    except Exception as err:  # FormErrors, placed beside the batch size field
+        assert "batch_size" in err.errors
+    else:
+        raise AssertionError("batch size 'most' was accepted")

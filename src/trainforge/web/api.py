@@ -44,7 +44,7 @@ class TrainRequest(BaseModel):
     )
     epochs: float | None = None
     learning_rate: float | None = None
-    batch_size: int | None = None
+    batch_size: int | Literal["auto"] | None = None
     profile: str = "auto"
     overrides: list[str] = Field(default_factory=list, description="KEY=VALUE config overrides.")
     overwrite: bool = False

@@ -62,7 +62,7 @@ class TrainForm:
     dataset: str | None = None
     epochs: float | None = None
     learning_rate: float | None = None
-    batch_size: int | None = None
+    batch_size: int | str | None = None  # a number or "auto"
     profile: str = "auto"
     overrides: list[str] = field(default_factory=list)
     overwrite: bool = False
@@ -232,8 +232,10 @@ def build_arguments(settings: WebSettings, form: TrainForm) -> tuple[list[str], 
     return sets, argv
 
 
-def _number(value: float) -> str:
+def _number(value: float | str) -> str:
     """A number as YAML reads it back: 40.0 -> 40, 1e-05 -> 1e-05 (a float for pydantic)."""
+    if value == "auto":  # per_device_train_batch_size: auto
+        return "auto"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
