@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
-from common import alternate, median, table, timed
+from common import alternate, measure_memory, median, memory_note, table, timed
 
 from conftest import make_config, make_task
 from trainforge.engine.state import capture_rng
@@ -72,17 +72,27 @@ def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:
             background.writer.wait()  # not part of the stall: the loop would be training
             return stall
 
-        times = alternate(
+        cases = alternate(
             {
-                "plain torch.save (sync)": plain,
-                "trainforge, async_save=false": trainforge_sync,
-                "trainforge default (background)": trainforge_default,
+                name: (lambda fn=fn: measure_memory(fn))
+                for name, fn in {
+                    "plain torch.save (sync)": plain,
+                    "trainforge, async_save=false": trainforge_sync,
+                    "trainforge default (background)": trainforge_default,
+                }.items()
             },
             repeats,
         )
+        times = {name: [seconds for seconds, _ in runs] for name, runs in cases.items()}
         base = median(times["plain torch.save (sync)"])
         rows = [
-            [name, f"{median(t) * 1000:.1f} ms", f"{median(t) / base:.3f}x"]
+            [
+                name,
+                f"{median(t) * 1000:.1f} ms",
+                f"{median(t) / base:.3f}x",
+                f"{median([m.rss_mib for _, m in cases[name]]):,.0f}",
+                f"+{median([m.rss_growth_mib for _, m in cases[name]]):,.0f}",
+            ]
             for name, t in times.items()
         ]
         ratio = median(times["trainforge default (background)"]) / base
@@ -90,8 +100,16 @@ def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:
         text = table(
             f"checkpoint stall: MLP {params / 1e6:.1f}M params, ~{state_mb:.0f} MB state, "
             f"median of {repeats} (target <= {TARGET}x)",
-            ["save", "loop stall", "vs plain"],
+            ["save", "loop stall", "vs plain", "peak RSS MiB", "+MiB"],
             rows,
+        )
+        text += (
+            "\n"
+            + memory_note(cases["plain torch.save (sync)"][0][1])
+            + (
+                "; the background case includes the write on its thread "
+                "(waited for after the stall)"
+            )
         )
         return text, {"checkpoint_stall_ratio": ratio}
     finally:

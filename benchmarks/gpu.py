@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median, table
+from common import alternate, median, memory_note, table
 from peers.hf_side import run_hf
 from peers.lightning_side import run_lightning
 from peers.plain import run_plain
@@ -158,7 +158,10 @@ def run(
                 f"{rates[name] / rates[TRAINFORGE]:.3f}",
                 str(results[0].optimizer_steps),
                 f"{median([r.probe_loss for r in results]):.4f}",
-                f"{median([r.peak_memory_mb for r in results]):,.0f}",
+                "n/a"
+                if results[0].memory.cuda_mib is None
+                else f"{median([r.memory.cuda_mib for r in results]):,.0f}",
+                f"{median([r.memory.rss_mib for r in results]):,.0f}",
             ]
         )
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -168,10 +171,14 @@ def run(
         f"alternating rounds; {flops / w.batch_size / 1e9:.2f} GFLOPs per image per step; "
         f"peak {peak if peak else 'unknown'} TFLOPS ({source}) (target MFU >= {TARGET_MFU:.0%})",
         ["side", "images/s", "MFU", "vs trainforge", "opt steps", "final loss",
-         "peak memory MB" if device.type == "cuda" else "peak RSS +MB"],
+         "peak CUDA MiB", "peak RSS MiB"],
         rows,
     )  # fmt: skip
     text += "\n" + same_work_line(w, runs, TRAINFORGE, LOSS_RTOL)
+    text += (
+        "\n" + memory_note(runs[TRAINFORGE][0].memory) + "; peak CUDA MiB = "
+        "torch.cuda.max_memory_allocated after reset_peak_memory_stats at the start of the case"
+    )
     text += (
         "\nsettings: bf16 autocast, torch.compile, SDPA attention, channels-last, fused AdamW "
         "(CUDA), clip norm 1.0, TF32 matmuls, data on the device, dropout off, no logging; "

@@ -38,7 +38,16 @@ from torchvision.datasets import VisionDataset
 from torchvision.transforms import functional as TF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, bench_threads, median, table, torch_threads
+from common import (
+    PeakMemory,
+    alternate,
+    bench_threads,
+    measure_memory,
+    median,
+    memory_note,
+    table,
+    torch_threads,
+)
 
 from trainforge.config.loading import load
 from trainforge.data.augment import BatchAugment, crop_flip
@@ -89,37 +98,38 @@ def synthetic_uint8(num_images: int, seed: int = 0) -> tuple[np.ndarray, np.ndar
     return images, rng.integers(0, 10, num_images)
 
 
-def crop_flip_slices(
+def crop_flip_gather(
     images: torch.Tensor,
     offsets_y: torch.Tensor,
     offsets_x: torch.Tensor,
     flip_mask: torch.Tensor,
     padding: int,
 ) -> torch.Tensor:
-    """`crop_flip` as one slice view per image stacked in one copy (diagnostic: the same
-    result; on CPU a strided block copy per image beats a gather of every byte)."""
-    _, _, height, width = images.shape
-    padded = F.pad(images, (padding, padding, padding, padding))
-    crops = [
-        padded[i, :, y : y + height, x : x + width]
-        for i, (y, x) in enumerate(zip(offsets_y.tolist(), offsets_x.tolist(), strict=True))
-    ]
-    out = torch.stack(crops)
-    flipped = flip_mask.nonzero().squeeze(1)
-    out[flipped] = out[flipped].flip(-1)
-    return out
+    """The earlier `crop_flip` (diagnostic: the same bytes and layout): one advanced-index gather
+    of every pixel, the flip folded into the column index, channels-last strides."""
+    num_images, _, height, width = images.shape
+    padded = F.pad(images, (padding, padding, padding, padding)) if padding else images
+    col_steps = torch.arange(width)
+    col_steps = torch.where(flip_mask[:, None], col_steps.flip(0), col_steps)
+    rows = offsets_y[:, None] + torch.arange(height)
+    cols = offsets_x[:, None] + col_steps
+    batch_index = torch.arange(num_images)[:, None, None]
+    cropped = padded.permute(0, 2, 3, 1)[batch_index, rows[:, :, None], cols[:, None, :]]
+    return cropped.permute(0, 3, 1, 2)
 
 
-class SliceCropAugment(BatchAugment):
-    """BatchAugment with `crop_flip_slices` in place of `crop_flip` (diagnostic row)."""
+class GatherAugment(BatchAugment):
+    """The earlier BatchAugment train path (diagnostic row): the same draws, `crop_flip_gather`,
+    then float, /255, -mean, /std on the channels-last result."""
 
-    def _random_crop_flip(self, images: torch.Tensor, generator: Any) -> torch.Tensor:
+    def forward(self, images: torch.Tensor, train: bool, generator: Any = None) -> torch.Tensor:
         num_images = images.shape[0]
         high = 2 * self.crop_padding_px + 1
         offsets_y = torch.randint(0, high, (num_images,), generator=generator)
         offsets_x = torch.randint(0, high, (num_images,), generator=generator)
         flip_mask = torch.rand(num_images, generator=generator) < 0.5
-        return crop_flip_slices(images, offsets_y, offsets_x, flip_mask, self.crop_padding_px)
+        cropped = crop_flip_gather(images, offsets_y, offsets_x, flip_mask, self.crop_padding_px)
+        return cropped.to(torch.float32).div_(255).sub_(self.mean).div_(self.std)
 
 
 def cpu_config(**sets: Any):
@@ -160,7 +170,7 @@ class Pipelines:
             batched_fetch=True,
         )  # fmt: skip
         self.augment = BatchAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
-        self.slice_augment = SliceCropAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
+        self.gather_augment = GatherAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
 
     def seed(self) -> float:
         start = time.perf_counter()
@@ -176,6 +186,11 @@ class Pipelines:
             assert out.dtype == torch.float32 and out.shape[1:] == (3, 32, 32)
         return time.perf_counter() - start
 
+    def worker_pids(self) -> list[int]:
+        """The seed loader's live worker processes (persistent, so alive between epochs)."""
+        iterator = self.seed_loader._iterator  # DataLoader keeps it while workers persist
+        return [worker.pid for worker in getattr(iterator, "_workers", [])]
+
     def close(self) -> None:
         del self.seed_loader  # stops the persistent workers
 
@@ -183,7 +198,9 @@ class Pipelines:
 def same_transforms(num_images: int = 16) -> float:
     """Largest difference between the pipelines on the same images and the same random
     choices (crop offsets, flips): torchvision's functional ops per image vs `crop_flip` (and
-    the diagnostic `crop_flip_slices`) + `BatchAugment`'s ToTensor/Normalize on the batch."""
+    the earlier `crop_flip_gather`) + `BatchAugment`'s ToTensor/Normalize on the batch; and
+    BatchAugment's train output vs the earlier formula's for the same draws (values and
+    layout: a different layout would change the model's rounding)."""
     data_hwc, _ = synthetic_uint8(num_images, seed=1)
     generator = torch.Generator().manual_seed(0)
     offsets_y = torch.randint(0, 9, (num_images,), generator=generator)
@@ -199,10 +216,15 @@ def same_transforms(num_images: int = 16) -> float:
     nchw = torch.from_numpy(data_hwc).permute(0, 3, 1, 2)
     normalize = BatchAugment(MEAN, STD)
     worst = 0.0
-    for crop in (crop_flip, crop_flip_slices):
+    for crop in (crop_flip, crop_flip_gather):
         got = normalize(crop(nchw, offsets_y, offsets_x, flips, 4).contiguous(), train=False)
         worst = max(worst, float((got - expected).abs().max()))
-    return worst
+    augment = BatchAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
+    earlier = GatherAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
+    now = augment(nchw, train=True, generator=torch.Generator().manual_seed(1))
+    before = earlier(nchw, train=True, generator=torch.Generator().manual_seed(1))
+    worst = max(worst, float((now - before).abs().max()))
+    return worst if now.stride() == before.stride() else float("inf")
 
 
 class WindowProbe(Callback):
@@ -258,6 +280,17 @@ def data_wait_run(
     return probe.metrics
 
 
+def memory_cells(runs: list[tuple[float, PeakMemory]]) -> list[str]:
+    """Median peak RSS, growth and workers' peak over the rounds of one pipeline."""
+    memories = [memory for _, memory in runs]
+    workers = [m.children_mib for m in memories if m.children_mib is not None]
+    return [
+        f"{median([m.rss_mib for m in memories]):,.0f}",
+        f"+{median([m.rss_growth_mib for m in memories]):,.0f}",
+        f"{median(workers):,.0f}" if workers else "no workers",
+    ]
+
+
 def run(
     repeats: int = 5,
     batch_size: int = 128,
@@ -272,36 +305,50 @@ def run(
         pipelines = Pipelines(num_images, batch_size, workers)
         pipelines.seed()  # warm-up: workers started
         pipelines.trainforge()
-        times = alternate(
+        cases = alternate(
             {
-                "seed": pipelines.seed,
-                "trainforge": pipelines.trainforge,
-                "slices": lambda: pipelines.trainforge(pipelines.slice_augment),
+                "seed": lambda: measure_memory(pipelines.seed, children=pipelines.worker_pids),
+                "trainforge": lambda: measure_memory(pipelines.trainforge),
+                "gather": lambda: measure_memory(
+                    lambda: pipelines.trainforge(pipelines.gather_augment)
+                ),
             },
             repeats,
         )
         pipelines.close()
-        rates = {name: num_images / median(values) for name, values in times.items()}
+        rates = {name: num_images / median([s for s, _ in runs]) for name, runs in cases.items()}
         max_diff = same_transforms()
         metrics = data_wait_run(*train_steps)
     seed_rate = rates["seed"]
     rows = [
         [f"seed: torchvision per sample, {workers} worker processes", "seed"],
         [f"trainforge: uint8 in memory + BatchAugment, {count} thread(s)", "trainforge"],
-        ["(diag) trainforge with crop_flip as per-image slices", "slices"],
+        ["(diag) trainforge with the earlier crop_flip (per-pixel gather)", "gather"],
     ]
-    rows = [[label, f"{rates[key]:,.0f}", f"{rates[key] / seed_rate:.2f}x"] for label, key in rows]
+    rows = [
+        [label, f"{rates[key]:,.0f}", f"{rates[key] / seed_rate:.2f}x", *memory_cells(cases[key])]
+        for label, key in rows
+    ]
     share = metrics["data_wait_share"]
     text = table(
         f"input pipeline: RandomCrop(32, padding=4) + RandomHorizontalFlip + ToTensor + Normalize,"
         f" batch {batch_size}, one {num_images}-image epoch per round, median of {repeats} "
         f"alternating rounds (target >= {TARGET_SPEEDUP:g}x)",
-        ["pipeline", "images/s", "vs seed"],
+        ["pipeline", "images/s", "vs seed", "peak RSS MiB", "+MiB", "workers' peak RSS MiB"],
         rows,
     )
     text += (
+        "\n"
+        + memory_note(cases["seed"][0][1])
+        + (
+            "; workers' peak RSS = the sum of the worker processes' VmHWM over the case "
+            "(each reset at its start; pages shared with the main process count in each, "
+            "so an upper bound)"
+        )
+    )
+    text += (
         f"\nsame transforms: max |difference| {max_diff:.2e} on 16 images with the same crop "
-        "offsets and flips"
+        "offsets and flips, and the same layout as the earlier crop"
         f"\ndata wait in training (trainforge default input path, small ViT, batch 64, "
         f"{train_steps[1]} steps after {train_steps[0]} warm-up): {share:.2%} of step time "
         f"({metrics['step_time_s'] * 1000:.0f} ms/step, {metrics['samples_per_s']:,.0f} "
@@ -309,7 +356,7 @@ def run(
     )
     return text, {
         "input_pipeline_speedup": rates["trainforge"] / seed_rate,
-        "input_pipeline_slices_speedup": rates["slices"] / seed_rate,
+        "input_pipeline_gather_speedup": rates["gather"] / seed_rate,
         "data_wait_share": share,
         "input_transform_max_diff": max_diff,
     }

@@ -1,7 +1,9 @@
 """PyTorch Lightning with its own fast settings: `Trainer(barebones=True)`.
 
 barebones turns off everything that costs speed (logger, progress bar, checkpointing, model
-summary, sanity validation). Clipping is Lightning's `gradient_clip_val` (norm), the optimizer
+summary, sanity validation). Clipping is Lightning's `gradient_clip_val` (norm), applied in
+the module's `configure_gradient_clipping` hook (Lightning's mixed-precision plugin refuses to
+clip for a fused AdamW), the optimizer
 and the per-step schedule come from `configure_optimizers`, bf16 is `precision="bf16-mixed"`,
 and compilation is `torch.compile(lightning_module)` as Lightning's documentation shows.
 """
@@ -34,6 +36,15 @@ def _module_class():
         def training_step(self, batch, batch_idx: int) -> Tensor:
             images, labels = batch
             return loss_fn(self(images), labels)
+
+        def configure_gradient_clipping(
+            self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+        ) -> None:
+            # Lightning's hook for custom clipping. Its mixed-precision plugin refuses to clip
+            # for a fused optimizer (it assumes a gradient scaler unscales inside step); bf16
+            # has no scaler, so clip by norm here exactly as the other sides do.
+            if gradient_clip_val:
+                nn.utils.clip_grad_norm_(list(self.parameters()), gradient_clip_val, foreach=True)
 
         def configure_optimizers(self):
             return {

@@ -7,6 +7,7 @@ EpochShuffleSampler uses the workload's seed, so the order matches the other sid
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,26 @@ def trainforge_config(w: Workload, **extra: Any) -> RunConfig:
     sets.update(extra)
     overrides = [f"{key}={_yaml(value)}" for key, value in sets.items()]
     return load(None, overrides=overrides, profile="cpu").config
+
+
+@functools.cache
+def _adamw_fused(device: torch.device, precision: str) -> bool | None:
+    probe = Workload(
+        "probe", lambda: nn.Linear(4, 2), torch.zeros(2, 4), torch.zeros(2, dtype=torch.long),
+        batch_size=1, warmup_steps=1, timed_steps=1, device=device, precision=precision,
+    )  # fmt: skip
+    config = trainforge_config(probe)
+    loader = make_loader(probe.dataset(), config.data, batch_size=1, train=True, seed=0,
+                         batched_fetch=True)  # fmt: skip
+    task = BenchTask(probe.make_model().to(device), loader, None, 2)
+    with tempfile.TemporaryDirectory(prefix="trainforge-bench-") as run_dir:
+        trainer = Trainer(task, config, run_dir=Path(run_dir), device=device, callbacks=[])
+        return trainer.optimizer.defaults.get("fused")
+
+
+def trainforge_adamw_fused(w: Workload) -> bool | None:
+    """`fused` of the AdamW trainforge's Trainer builds by default for `w`'s device."""
+    return _adamw_fused(w.device, w.precision)
 
 
 def run_trainforge(w: Workload, **config_sets: Any) -> SideResult:

@@ -5,27 +5,28 @@
   channels-last. `loader()` gives every side the same batches in the same order
   (trainforge's `EpochShuffleSampler` with the workload's seed, one tensor gather per batch).
 - `build_optimizer`: AdamW with trainforge's parameter groups (no weight decay on 1-D tensors,
-  the class token and the position embeddings) and the implementation trainforge picks for the
-  device (fused on CUDA, torch's per-tensor loop on CPU), so every side applies the same update.
+  the class token and the position embeddings) and the implementation (fused or torch's
+  per-tensor loop) trainforge's Trainer picks by default, so every side applies the same update.
+  Each run records the implementation it stepped and the torch threads it ran with, and the
+  same-work check names a side that differs.
 - `StepClock`: an optimizer step post-hook, the same code on every side; the timed window runs
   from the end of optimizer step `warmup_steps` to the end of step `warmup_steps + timed_steps`,
   so set-up, compilation and first-step costs stay out of it.
-- `MemoryPeak`: peak CUDA memory allocated, or on CPU the peak process RSS above the RSS at the
-  start, sampled every 20 ms on a thread (psutil).
+- `measured`: a fresh clock and `common.MemoryMeter` around one run (peak RSS from VmHWM reset
+  at the start of the run; on CUDA also the peak memory allocated).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import psutil
 import torch
 import torch.nn.functional as F
+from common import MemoryMeter, PeakMemory
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -100,8 +101,11 @@ class Workload:
 
     @property
     def fused(self) -> bool | None:
-        """The AdamW implementation trainforge's Trainer picks for this device."""
-        return True if self.device.type == "cuda" else None
+        """The AdamW implementation trainforge's Trainer picks for this workload by default,
+        asked of a real Trainer, so every side follows the engine's default when it changes."""
+        from peers.trainforge_side import trainforge_adamw_fused
+
+        return trainforge_adamw_fused(self)
 
     def dataset(self) -> InMemoryBatches:
         return InMemoryBatches(self.images, self.labels)
@@ -170,14 +174,18 @@ class StepClock:
         self.stopped: float | None = None
         self.cpu_started = 0.0
         self.cpu_stopped = 0.0
+        self.optimizer = "unknown"
+        self.threads = 0
 
     def attach(self, optimizer: torch.optim.Optimizer) -> StepClock:
         optimizer.register_step_post_hook(self)
+        self.optimizer = optimizer_kind(optimizer)
         return self
 
     def __call__(self, optimizer, args, kwargs) -> None:
         self.steps += 1
         if self.steps == self.warmup:
+            self.threads = torch.get_num_threads()
             self.sync()
             self.started = time.perf_counter()
             self.cpu_started = time.process_time()
@@ -197,41 +205,6 @@ class StepClock:
         return self.cpu_stopped - self.cpu_started
 
 
-class MemoryPeak:
-    """Peak memory of one run: CUDA bytes allocated, or RSS growth sampled on CPU."""
-
-    def __init__(self, device: torch.device, interval_s: float = 0.02) -> None:
-        self.device = device
-        self.interval_s = interval_s
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-
-    def __enter__(self) -> MemoryPeak:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return self
-        process = psutil.Process()
-        self._base = process.memory_info().rss
-        self._peak = self._base
-
-        def sample() -> None:
-            while not self._stop.wait(self.interval_s):
-                self._peak = max(self._peak, process.memory_info().rss)
-
-        self._thread = threading.Thread(target=sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.device.type == "cuda":
-            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
-            return
-        self._stop.set()
-        self._thread.join()
-        self._peak = max(self._peak, psutil.Process().memory_info().rss)
-        self.peak_mb = (self._peak - self._base) / 2**20
-
-
 @dataclass
 class SideResult:
     """One training run of one side."""
@@ -240,7 +213,9 @@ class SideResult:
     cpu_seconds: float  # the timed window, process CPU time
     optimizer_steps: int  # real optimizer.step() calls over the whole run
     probe_loss: float  # loss of the final weights on the first PROBE_SAMPLES samples
-    peak_memory_mb: float
+    memory: PeakMemory
+    optimizer: str = "unknown"  # e.g. "AdamW fused"
+    threads: int = 0  # torch intra-op threads at the start of the timed window
 
 
 @torch.no_grad()
@@ -256,16 +231,30 @@ def probe_loss(model: nn.Module, w: Workload) -> float:
 
 
 @contextlib.contextmanager
-def measured(w: Workload) -> Iterator[tuple[StepClock, MemoryPeak]]:
+def measured(w: Workload) -> Iterator[tuple[StepClock, MemoryMeter]]:
     """A fresh clock and memory meter around one run."""
     clock = StepClock(w)
-    with MemoryPeak(w.device) as memory:
+    with MemoryMeter(w.device) as memory:
         yield clock, memory
 
 
-def finish(w: Workload, model: nn.Module, clock: StepClock, memory: MemoryPeak) -> SideResult:
+def finish(w: Workload, model: nn.Module, clock: StepClock, memory: MemoryMeter) -> SideResult:
     return SideResult(
-        clock.seconds, clock.cpu_seconds, clock.steps, probe_loss(model, w), memory.peak_mb
+        clock.seconds,
+        clock.cpu_seconds,
+        clock.steps,
+        probe_loss(model, w),
+        memory.result,
+        clock.optimizer,
+        clock.threads,
+    )
+
+
+def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
+    fused = optimizer.defaults.get("fused")
+    foreach = optimizer.defaults.get("foreach")
+    return f"{type(optimizer).__name__} " + (
+        "fused" if fused else "foreach" if foreach else "default (per-tensor/foreach by device)"
     )
 
 
@@ -273,11 +262,21 @@ def same_work_problems(
     w: Workload, runs: dict[str, list[SideResult]], reference: str, rel_tol: float
 ) -> list[str]:
     """What would make a comparison unfair: a side that did a different number of optimizer
-    steps, or ended at a different loss than `reference` (same data, weights and update)."""
+    steps, stepped another AdamW implementation, ran with other torch threads, or ended at a
+    different loss than `reference` (same data, weights and update)."""
     problems = set()
     expected = runs[reference][0].probe_loss
     for name, results in runs.items():
         for r in results:
+            if not name.startswith("(diag)"):  # diagnostics change one thing on purpose
+                if r.optimizer != runs[reference][0].optimizer:
+                    problems.add(
+                        f"{name}: {r.optimizer}, {reference} {runs[reference][0].optimizer}"
+                    )
+                if r.threads != runs[reference][0].threads:
+                    problems.add(
+                        f"{name}: {r.threads} threads, {reference} {runs[reference][0].threads}"
+                    )
             if r.optimizer_steps != w.total_steps:
                 problems.add(f"{name}: {r.optimizer_steps} optimizer steps, not {w.total_steps}")
             if not math.isclose(r.probe_loss, expected, rel_tol=rel_tol):
@@ -289,7 +288,8 @@ def same_work_line(w: Workload, runs: dict[str, list[SideResult]], reference: st
     problems = same_work_problems(w, runs, reference, rel_tol)
     initial = probe_loss(w.prepare_model(), w)
     verdict = (
-        f"yes (all did {w.total_steps} optimizer steps; final losses within {rel_tol:g} relative)"
+        f"yes (all did {w.total_steps} optimizer steps of {runs[reference][0].optimizer} with "
+        f"{runs[reference][0].threads} torch thread(s); final losses within {rel_tol:g} relative)"
         if not problems
         else "NO: " + "; ".join(problems)
     )

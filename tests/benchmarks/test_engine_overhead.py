@@ -30,6 +30,7 @@ def test_every_side_does_the_same_steps_and_reaches_the_same_loss():
     for name, (result,) in runs.items():
         assert result.optimizer_steps == w.total_steps, name
         assert result.seconds > 0 and result.cpu_seconds > 0, name
+        assert result.memory.rss_mib > 50 and result.memory.cuda_mib is None, name
         losses[name] = result.probe_loss
     initial = probe_loss(w.prepare_model(), w)
     spread = max(losses.values()) - min(losses.values())
@@ -48,11 +49,13 @@ def test_the_same_work_check_catches_other_steps_other_data_order_and_other_upda
         "more steps": [run_plain(replace(w, timed_steps=w.timed_steps + 1))],
         "other batch order": [run_plain(replace(w, seed=1))],
         "other learning rate": [run_plain(replace(w, learning_rate=1e-3))],
+        "other AdamW": [run_plain(w, fused=not w.fused)],
     }
     problems = " ".join(same_work_problems(w, runs, eo.PLAIN, eo.LOSS_RTOL))
     assert "more steps: 9 optimizer steps, not 8" in problems
     assert "other batch order: final loss" in problems
     assert "other learning rate: final loss" in problems
+    assert "other AdamW: AdamW " in problems
 
 
 def test_run_prints_one_table_per_workload_and_the_ratios_it_judges():
@@ -63,6 +66,7 @@ def test_run_prints_one_table_per_workload_and_the_ratios_it_judges():
         assert text.count(side) == 2
     assert "1 torch thread(s) on every side" in text
     assert "verdicts use the CPU-time columns" in text
+    assert text.count("peak RSS MiB") == 2 and "memory: peak RSS = the process's VmHWM" in text
     assert set(ratios) == {
         f"engine_{key}_vs_{peer}" for key in ("mlp", "vit") for peer in ("plain", "lightning", "hf")
     }

@@ -18,14 +18,15 @@ def test_both_pipelines_compute_the_same_images_for_the_same_random_choices():
     assert ip.same_transforms(num_images=8) == 0.0
 
 
-def test_slice_crop_diagnostic_equals_crop_flip():
+def test_earlier_gather_diagnostic_equals_crop_flip_in_values_and_layout():
     generator = torch.Generator().manual_seed(3)
     images = torch.randint(0, 256, (12, 3, 32, 32), dtype=torch.uint8, generator=generator)
     offsets_y = torch.randint(0, 9, (12,), generator=generator)
     offsets_x = torch.randint(0, 9, (12,), generator=generator)
     flips = torch.rand(12, generator=generator) < 0.5
     expected = crop_flip(images, offsets_y, offsets_x, flips, 4)
-    assert torch.equal(ip.crop_flip_slices(images, offsets_y, offsets_x, flips, 4), expected)
+    earlier = ip.crop_flip_gather(images, offsets_y, offsets_x, flips, 4)
+    assert torch.equal(earlier, expected) and earlier.stride() == expected.stride()
 
 
 def test_each_round_is_one_full_epoch_of_the_same_images_on_every_side():
@@ -33,7 +34,7 @@ def test_each_round_is_one_full_epoch_of_the_same_images_on_every_side():
     try:
         assert pipelines.seed() > 0
         assert pipelines.trainforge() > 0
-        assert pipelines.trainforge(pipelines.slice_augment) > 0
+        assert pipelines.trainforge(pipelines.gather_augment) > 0
         assert len(pipelines.seed_loader.dataset) == len(pipelines.loader.dataset) == 64
         seed_images = torch.from_numpy(pipelines.seed_loader.dataset.data).permute(0, 3, 1, 2)
         assert torch.equal(seed_images, pipelines.loader.dataset.images)
@@ -54,6 +55,13 @@ def test_run_reports_the_speedup_and_the_data_wait_share():
     assert "trainforge: uint8 in memory + BatchAugment" in text
     assert "same transforms: max |difference| 0.00e+00" in text
     assert ratios["input_pipeline_speedup"] > 0
-    assert ratios["input_pipeline_slices_speedup"] > 0
+    assert ratios["input_pipeline_gather_speedup"] > 0
+    header = next(line for line in text.splitlines() if line.startswith("pipeline"))
+    assert "peak RSS MiB" in header and "workers' peak RSS MiB" in header
+    seed_row = next(line for line in text.splitlines() if line.startswith("seed:"))
+    ours_row = next(line for line in text.splitlines() if line.startswith("trainforge:"))
+    # Two live workers each hold at least the interpreter and torch: tens of MiB apiece.
+    assert float(seed_row.split()[-1].replace(",", "")) > 50
+    assert ours_row.rstrip().endswith("no workers")
     assert 0.0 < ratios["data_wait_share"] < 1.0
     assert ratios["input_transform_max_diff"] == 0.0

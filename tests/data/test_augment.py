@@ -95,3 +95,111 @@ def test_train_mode_output_is_a_padded_crop_of_the_input() -> None:
             for f in (False, True)
         ]
         assert any(torch.equal(restored[index], candidate) for candidate in candidates)
+
+
+def _reference_crop_flip(
+    images: torch.Tensor,
+    offsets_y: torch.Tensor,
+    offsets_x: torch.Tensor,
+    flip_mask: torch.Tensor,
+    padding: int,
+) -> torch.Tensor:
+    """The earlier `crop_flip`, kept as the reference: one gather of every pixel with the flip
+    folded into the column index; the result has channels-last strides."""
+    num_images, _, height, width = images.shape
+    padded = torch.nn.functional.pad(images, (padding,) * 4) if padding else images
+    col_steps = torch.arange(width)
+    col_steps = torch.where(flip_mask[:, None], col_steps.flip(0), col_steps)
+    rows = offsets_y[:, None] + torch.arange(height)
+    cols = offsets_x[:, None] + col_steps
+    batch_index = torch.arange(num_images)[:, None, None]
+    cropped = padded.permute(0, 2, 3, 1)[batch_index, rows[:, :, None], cols[:, None, :]]
+    return cropped.permute(0, 3, 1, 2)
+
+
+def _reference_augment(
+    images: torch.Tensor, augment: BatchAugment, generator: torch.Generator | None
+) -> torch.Tensor:
+    """The earlier BatchAugment train path: the same draws in the same order (y offsets,
+    x offsets, flips), the reference crop, then float, /255, -mean, /std."""
+    num_images = images.shape[0]
+    high = 2 * augment.crop_padding_px + 1
+    offsets_y = torch.randint(0, high, (num_images,), generator=generator)
+    offsets_x = torch.randint(0, high, (num_images,), generator=generator)
+    if augment.horizontal_flip:
+        flips = torch.rand(num_images, generator=generator) < 0.5
+    else:
+        flips = torch.zeros(num_images, dtype=torch.bool)
+    cropped = _reference_crop_flip(images, offsets_y, offsets_x, flips, augment.crop_padding_px)
+    return cropped.to(torch.float32).div_(255).sub_(augment.mean).div_(augment.std)
+
+
+@pytest.mark.parametrize(
+    "shape, padding, flip",
+    [
+        ((64, 3, 32, 32), 4, True),
+        ((5, 1, 7, 9), 2, True),
+        ((3, 4, 8, 8), 0, True),
+        ((6, 3, 10, 6), 3, False),
+        ((1, 3, 5, 5), 1, True),
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_train_mode_is_bitwise_the_earlier_gather_for_the_same_draws(shape, padding, flip, seed):
+    """Values, strides (layout) and the RNG stream afterwards all match the earlier formula,
+    so training results and exact resume are unchanged."""
+    channels = shape[1]
+    images = torch.randint(0, 256, shape, dtype=torch.uint8)
+    mean = [0.1 + 0.2 * c for c in range(channels)]
+    std = [0.3 - 0.05 * c for c in range(channels)]
+    augment = BatchAugment(mean, std, crop_padding_px=padding, horizontal_flip=flip)
+    torch.manual_seed(seed)
+    expected = _reference_augment(images, augment, None)
+    expected_next = torch.rand(3)
+    torch.manual_seed(seed)
+    got = augment(images, train=True)
+    assert torch.equal(torch.rand(3), expected_next), "a different number of draws"
+    assert torch.equal(got, expected)
+    assert got.stride() == expected.stride() and got.dtype == expected.dtype == torch.float32
+    generator = torch.Generator().manual_seed(seed)
+    expected = _reference_augment(images, augment, torch.Generator().manual_seed(seed))
+    assert torch.equal(augment(images, train=True, generator=generator), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64, torch.int16])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_crop_flip_is_bitwise_the_earlier_gather_for_any_dtype(dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    for shape, padding in [((16, 3, 12, 12), 4), ((4, 2, 5, 8), 1), ((3, 1, 4, 4), 0)]:
+        images = (torch.rand(shape, generator=generator) * 200).to(dtype)
+        offsets_y = torch.randint(0, 2 * padding + 1, (shape[0],), generator=generator)
+        offsets_x = torch.randint(0, 2 * padding + 1, (shape[0],), generator=generator)
+        flips = torch.rand(shape[0], generator=generator) < 0.5
+        expected = _reference_crop_flip(images, offsets_y, offsets_x, flips, padding)
+        got = crop_flip(images, offsets_y, offsets_x, flips, padding)
+        assert torch.equal(got, expected) and got.dtype == dtype
+        assert got.stride() == expected.stride()
+
+
+def test_train_batch_equals_torchvision_random_crop_and_flip_for_the_drawn_offsets(monkeypatch):
+    """RandomCrop(32, padding=4) + RandomHorizontalFlip + ToTensor + Normalize per image, with
+    torchvision's own get_params replaced by the offsets and flips BatchAugment drew."""
+    images = _images(num_images=12, size=32, seed=4)
+    augment = BatchAugment(MEAN, STD, crop_padding_px=4, horizontal_flip=True)
+    torch.manual_seed(11)
+    offsets_y = torch.randint(0, 9, (12,))
+    offsets_x = torch.randint(0, 9, (12,))
+    flips = torch.rand(12) < 0.5
+    torch.manual_seed(11)
+    batched = augment(images, train=True)
+    crop = T.RandomCrop(32, padding=4)
+    to_float = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+    for index, image in enumerate(images):
+        top, left = int(offsets_y[index]), int(offsets_x[index])
+        draw = staticmethod(lambda img, size, t=top, s=left: (t, s, *size))
+        monkeypatch.setattr(T.RandomCrop, "get_params", draw)
+        expected = crop(image)  # pads with zeros, then crops at (top, left)
+        flip = T.RandomHorizontalFlip(p=1.0 if flips[index] else 0.0)
+        expected = flip(expected)
+        hwc = np.ascontiguousarray(expected.permute(1, 2, 0).numpy())
+        assert torch.equal(batched[index], to_float(hwc)), f"image {index} differs"

@@ -3,6 +3,11 @@
 Owns `BatchAugment` (random crop with zero padding, horizontal flip, uint8 -> float, normalize)
 and `crop_flip`, the deterministic core that takes explicit per-image offsets and flip decisions
 so tests can compare it pixel for pixel with torchvision's per-sample functions.
+
+Layout: a train-mode batch (and `crop_flip`'s result) is [B,C,H,W] with channels-last strides
+(the bytes lie in [B,H,W,C] order); eval mode keeps the input's layout. Convolutions round
+differently for the two layouts, so the layout is part of the contract: training results and
+exact resume depend on it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,43 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def _crop_flip_nchw(
+    images: Tensor, offsets_y: Tensor, offsets_x: Tensor, flip_mask: Tensor | None, padding: int
+) -> Tensor:
+    """`crop_flip`'s pixels as a contiguous [B,C,H,W] tensor (`flip_mask` None: no flips).
+
+    Flipping a crop equals cropping the flipped padded image at the mirrored offset
+    (flip(crop(x, ox)) == crop(flip(x), 2*padding - ox)), so the batch and its mirror image are
+    padded side by side and every output image is one window of one of them: a single gather
+    of whole windows from an unfold view (no per-pixel index tensors, no host synchronisation).
+    """
+    num_images, _, height, width = images.shape
+    device = images.device
+    padded = F.pad(images, (padding, padding, padding, padding)) if padding else images
+    source = torch.arange(num_images, device=device)
+    offsets_x = offsets_x.to(device)
+    if flip_mask is not None:
+        flip_mask = flip_mask.to(device)
+        padded = torch.cat([padded, padded.flip(-1)])  # [2B,C,H+2p,W+2p]: images, then mirrors
+        source = source + num_images * flip_mask.long()
+        offsets_x = torch.where(flip_mask, 2 * padding - offsets_x, offsets_x)
+    windows = padded.unfold(2, height, 1).unfold(3, width, 1)  # [N,C,2p+1,2p+1,H,W], a view
+    return windows[source, :, offsets_y.to(device), offsets_x]
+
+
+def _channels_last_copy(images: Tensor, dtype: torch.dtype) -> Tensor:
+    """`images` [B,C,H,W] converted to `dtype` into [B,H,W,C] memory, returned as that buffer.
+
+    One strided copy per channel: on CPU several times faster than a whole-tensor permuted
+    copy (whose innermost dimension would be the 3 channels).
+    """
+    num_images, channels, height, width = images.shape
+    out = torch.empty(num_images, height, width, channels, dtype=dtype, device=images.device)
+    for channel in range(channels):
+        out[..., channel].copy_(images[:, channel])
+    return out
+
+
 def crop_flip(
     images: Tensor, offsets_y: Tensor, offsets_x: Tensor, flip_mask: Tensor, padding: int
 ) -> Tensor:
@@ -21,22 +63,10 @@ def crop_flip(
 
     `images` is [B,C,H,W] (any dtype); `offsets_y`/`offsets_x` are int64 [B] in [0, 2*padding];
     `flip_mask` is bool [B]. Equivalent to torchvision's pad + crop(top=oy, left=ox) + hflip per
-    image, but done with one gather instead of a Python loop over the batch.
+    image, without a Python loop over the batch. The result has channels-last strides.
     """
-    num_images, _, height, width = images.shape
-    device = images.device
-    padded = F.pad(images, (padding, padding, padding, padding)) if padding else images
-    row_steps = torch.arange(height, device=device)
-    col_steps = torch.arange(width, device=device)
-    # Flipping after cropping reads column (W-1-j) of the crop, so fold it into the column index
-    # and gather once rather than materialising a flipped copy of the batch.
-    col_steps = torch.where(flip_mask.to(device)[:, None], col_steps.flip(0), col_steps)
-    rows = offsets_y.to(device)[:, None] + row_steps  # [B,H]
-    cols = offsets_x.to(device)[:, None] + col_steps  # [B,W]
-    batch_index = torch.arange(num_images, device=device)[:, None, None]
-    channels_last = padded.permute(0, 2, 3, 1)  # index [b, row, col] -> [B,H,W,C]
-    cropped = channels_last[batch_index, rows[:, :, None], cols[:, None, :]]
-    return cropped.permute(0, 3, 1, 2)
+    cropped = _crop_flip_nchw(images, offsets_y, offsets_x, flip_mask, padding)
+    return _channels_last_copy(cropped, cropped.dtype).permute(0, 3, 1, 2)
 
 
 class BatchAugment(torch.nn.Module):
@@ -72,15 +102,28 @@ class BatchAugment(torch.nn.Module):
         """Return float32 [B,C,H,W] on the images' device, augmented when `train` is true."""
         assert images_uint8.dim() == 4, f"expected [B,C,H,W], got {tuple(images_uint8.shape)}"
         assert images_uint8.dtype == torch.uint8, f"expected uint8, got {images_uint8.dtype}"
-        images = images_uint8
         if train and (self.crop_padding_px or self.horizontal_flip):
-            images = self._random_crop_flip(images, generator)
+            cropped = self._random_crop_flip(images_uint8, generator)
+            # ToTensor's float conversion straight into [B,H,W,C] memory (crop_flip's layout),
+            # then the same ops as below on that buffer: the same values, bit for bit.
+            floats = _channels_last_copy(cropped, torch.float32)
+            _, height, width, channels = floats.shape
+            mean, std = (
+                value.to(floats.device).view(channels).repeat(height * width)
+                for value in (self.mean, self.std)
+            )
+            # Per-pixel copies of mean/std make both operands contiguous, so the arithmetic
+            # runs in long vector loops instead of loops over the 3 channels.
+            floats = floats.view(-1, height * width * channels).div_(255).sub_(mean).div_(std)
+            return floats.view(-1, height, width, channels).permute(0, 3, 1, 2)
         # Same op order as ToTensor (float then /255) and Normalize (sub then div): bit-identical.
         # The dtype change makes a fresh tensor, so the in-place ops below cannot touch the input.
-        floats = images.to(torch.float32).div_(255)
+        floats = images_uint8.to(torch.float32).div_(255)
         return floats.sub_(self.mean.to(floats.device)).div_(self.std.to(floats.device))
 
     def _random_crop_flip(self, images: Tensor, generator: torch.Generator | None) -> Tensor:
+        """Crop offsets and flips drawn in a fixed order (y offsets, x offsets, flips), then the
+        crop as contiguous [B,C,H,W]; changing the draws would change every resumed run."""
         num_images = images.shape[0]
         device = images.device
         max_offset = 2 * self.crop_padding_px
@@ -90,11 +133,10 @@ class BatchAugment(torch.nn.Module):
         offsets_x = torch.randint(
             0, max_offset + 1, (num_images,), device=device, generator=generator
         )
+        flip_mask = None  # no flips: no mirror images to pad
         if self.horizontal_flip:
             flip_mask = torch.rand(num_images, device=device, generator=generator) < 0.5
-        else:
-            flip_mask = torch.zeros(num_images, dtype=torch.bool, device=device)
-        return crop_flip(images, offsets_y, offsets_x, flip_mask, self.crop_padding_px)
+        return _crop_flip_nchw(images, offsets_y, offsets_x, flip_mask, self.crop_padding_px)
 
     def extra_repr(self) -> str:
         return f"crop_padding_px={self.crop_padding_px}, horizontal_flip={self.horizontal_flip}"
