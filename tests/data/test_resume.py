@@ -92,3 +92,31 @@ def test_worker_options_only_with_workers(make_cfg) -> None:
     data = build_image_data(cfg, batch_size=64, eval_batch_size=64, seed=0)
     assert data.val_loader.prefetch_factor == 3 and data.val_loader.persistent_workers is True
     assert data.val_loader.num_workers == 1
+
+
+def test_batch_slices_equal_torchs_batch_sampler_over_the_same_order():
+    from torch.utils.data import BatchSampler
+
+    from trainforge.data.sampling import EpochShuffleBatchSampler, EpochShuffleSampler
+
+    for total, batch, world in ((100, 16, 1), (101, 7, 2), (5, 8, 1)):
+        for rank in range(world):
+            ours = EpochShuffleBatchSampler(EpochShuffleSampler(total, 3, rank, world), batch)
+            torchs = BatchSampler(EpochShuffleSampler(total, 3, rank, world), batch, False)
+            assert len(ours) == len(torchs)
+            for _epoch in range(3):
+                assert list(ours) == list(torchs)
+
+
+def test_a_loader_state_saved_by_the_per_index_iterator_still_resumes():
+    """Checkpoints written before batch slicing hold torch's BatchSampler iterator state."""
+    from trainforge.data.sampling import EpochShuffleBatchSampler, EpochShuffleSampler
+
+    sampler = EpochShuffleBatchSampler(EpochShuffleSampler(50, 1), 10)
+    reference = [list(sampler) for _ in range(3)]
+    resumed = EpochShuffleBatchSampler(EpochShuffleSampler(50, 1), 10)
+    iterator = iter(resumed)
+    old = {"samples_yielded": 20, "sampler_iter_state": {"epoch": 1, "num_yielded": 20}}
+    iterator.load_state_dict(old)
+    assert list(iterator) == reference[1][2:]
+    assert list(resumed) == reference[2]

@@ -77,13 +77,20 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert two.stdout.count("done: ") == 1, two.stdout
     a, b = final_weights(tmp_path, "one"), final_weights(tmp_path, "two")
     # Stated tolerance: same samples in every step, only the order of floating-point sums
-    # differs (~1e-8). The attention key bias gets a zero true gradient (softmax ignores a
-    # per-query constant); AdamW turns that rounding noise into lr-sized steps, so it alone
-    # may differ by up to 1e-4 after 8 steps at lr 2e-3.
+    # differs (~1e-8), so every parameter agrees within 1e-4 and the median within 1e-7.
+    # The attention key bias is the exception: its true gradient is zero (softmax ignores a
+    # per-query constant), so what it gets is rounding noise, which AdamW turns into steps
+    # of up to lr each: it is held to lr x steps = 2e-3 x 8 instead.
     diffs = []
     for key in a:
-        assert torch.allclose(a[key], b[key], rtol=0, atol=1e-4), key
-        diffs.append((a[key] - b[key]).abs().flatten())
+        x, y = a[key], b[key]
+        if key.endswith("attn.qkv.bias"):
+            dim = x.numel() // 3
+            key_bias = slice(dim, 2 * dim)
+            assert (x[key_bias] - y[key_bias]).abs().max() <= 2e-3 * 8, key
+            x, y = torch.cat([x[:dim], x[2 * dim :]]), torch.cat([y[:dim], y[2 * dim :]])
+        assert torch.allclose(x, y, rtol=0, atol=1e-4), key
+        diffs.append((x - y).abs().flatten())
     assert torch.cat(diffs).median() < 1e-7
 
 

@@ -13,7 +13,11 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.memory import passthrough_collate
-from trainforge.data.sampling import EpochShuffleSampler, StridedSampler
+from trainforge.data.sampling import (
+    EpochShuffleBatchSampler,
+    EpochShuffleSampler,
+    StridedSampler,
+)
 from trainforge.errors import UserError
 
 
@@ -52,9 +56,11 @@ def make_loader(
 
     dist = context()  # under torch.distributed each rank reads its own shard
     if train:
-        options["sampler"] = EpochShuffleSampler(
-            len(dataset), seed, rank=dist.rank, world_size=dist.world_size
-        )
+        order = EpochShuffleSampler(len(dataset), seed, rank=dist.rank, world_size=dist.world_size)
+        # Whole batches sliced from the epoch's order (no per-index Python loop); torch
+        # takes a batch sampler only without batch_size and drop_last.
+        options["batch_sampler"] = EpochShuffleBatchSampler(order, batch_size)
+        del options["batch_size"], options["drop_last"]
     elif dist.enabled:
         options["sampler"] = StridedSampler(len(dataset), dist.rank, dist.world_size)
     # The loader draws worker base seeds from this generator; without one it would draw from

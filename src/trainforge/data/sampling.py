@@ -62,6 +62,27 @@ class EpochShuffleSampler(Sampler[int]):
         return iterator
 
 
+class EpochShuffleBatchSampler(Sampler[list[int]]):
+    """Whole batches of an EpochShuffleSampler's order, cut as slices of it.
+
+    The same batches as torch's `BatchSampler(sampler, batch_size, drop_last=False)`, without
+    a Python call per index: one list slice per batch. Its iterator saves the same
+    (epoch, samples yielded) as the per-index iterator, so resume stays exact.
+    """
+
+    def __init__(self, sampler: EpochShuffleSampler, batch_size: int) -> None:
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        iterator = _EpochBatchIterator(self.sampler, self.sampler.next_epoch, self.batch_size)
+        self.sampler.next_epoch += 1
+        return iterator
+
+
 class StridedSampler(Sampler[int]):
     """Validation under torch.distributed: rank r reads indices r, r + W, ... (no padding:
     metrics are summed over ranks, so every sample counts exactly once)."""
@@ -102,8 +123,29 @@ class _EpochIterator(Iterator[int]):
         return {"epoch": self.epoch, "num_yielded": self.num_yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Checkpoints from before batch slicing hold torch's BatchSampler iterator state,
+        # with this iterator's state inside it.
+        state = state.get("sampler_iter_state", state)
         self.epoch = int(state["epoch"])
         self.num_yielded = int(state["num_yielded"])
         self._order = None
         # The next iter() on the sampler must start the epoch after the restored one.
         self.sampler.next_epoch = self.epoch + 1
+
+
+class _EpochBatchIterator(_EpochIterator):
+    """One epoch of an EpochShuffleBatchSampler: batches as slices of the epoch's order."""
+
+    def __init__(self, sampler: EpochShuffleSampler, epoch: int, batch_size: int) -> None:
+        super().__init__(sampler, epoch)
+        self.batch_size = batch_size
+
+    def __next__(self) -> list[int]:  # type: ignore[override]
+        start = self.num_yielded
+        if start >= self.sampler.num_items:
+            raise StopIteration
+        if self._order is None:
+            self._order = self.sampler.order(self.epoch)
+        batch = self._order[start : min(start + self.batch_size, self.sampler.num_items)]
+        self.num_yielded = start + len(batch)
+        return batch

@@ -164,7 +164,11 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
     quiet = open(os.devnull, "w") if not dist.is_main else None  # noqa: SIM115
     try:
         with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
-            return _train(resolved, platform, device, resume_from)
+            summary = _train(resolved, platform, device, resume_from)
+        # Every rank leaves together, after rank 0 has written its files: a rank that tore
+        # its process group down while another still used it could abort at exit.
+        parallel.barrier()
+        return summary
     except (RuntimeError, torch.distributed.DistError) as err:
         if not dist.is_main:
             raise SystemExit(2) from None  # rank 0 (or the failing rank) says what happened

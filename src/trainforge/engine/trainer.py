@@ -103,7 +103,8 @@ class StepSums:
         self.micro += 1
         self.weight += out.weight
         self.samples += samples
-        self.loss_sum = self.loss_sum + weighted.detach()
+        first = self.micro == 1
+        self.loss_sum = weighted.detach() if first else self.loss_sum + weighted.detach()
         for key, value in out.sums.items():
             value = value.detach()
             self.sums[key] = self.sums[key] + value if key in self.sums else value
@@ -365,10 +366,11 @@ class Trainer:
                     self.precision.scaler.scale(loss).backward()
                 else:
                     loss.backward()
+            samples = self.task.batch_size(raw)
             if counter is not _NO_COUNT:
-                self.flops_per_sample = counter.get_total_flops() / self.task.batch_size(raw)
-            self.step_sums.add(weighted, out, self.task.batch_size(raw))
-            self.state.samples_seen += self.task.batch_size(raw)
+                self.flops_per_sample = counter.get_total_flops() / samples
+            self.step_sums.add(weighted, out, samples)
+            self.state.samples_seen += samples
             self.state.batch_in_epoch += 1
             epoch_done = self.state.batch_in_epoch >= num_batches
             if (self.step_sums.micro >= self.accumulation or epoch_done) and self._optimizer_step():
@@ -415,7 +417,9 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.params if p.grad is not None]
-        loss_sum = torch.as_tensor(sums.loss_sum, dtype=torch.float32, device=self.device)
+        loss_sum = sums.loss_sum
+        if not isinstance(loss_sum, torch.Tensor):
+            loss_sum = torch.tensor(float(loss_sum), device=self.device)
         if self.dist.enabled:
             # DDP averaged the summed gradients over ranks; weight by the global item count.
             totals = torch.stack([loss_sum.reshape(()), loss_sum.new_tensor(float(sums.weight))])
