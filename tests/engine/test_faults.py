@@ -268,3 +268,85 @@ def test_resuming_a_different_model_is_refused_in_one_line(tmp_path, points_task
     wrong = Trainer(other, cfg, run_dir=tmp_path, device=CPU, callbacks=[])
     with pytest.raises(UserError, match=r"different model .*0\.weight \(32, 8\) -> \(16, 8\)"):
         wrong.load_checkpoint(path)
+
+
+class HostReads:
+    """Counts tensor -> Python reads (`item`, `float`, `bool`, `int`) inside optimizer steps."""
+
+    def __init__(self, monkeypatch, trainer) -> None:
+        self.count = 0
+        self.inside = False
+        for name in ("item", "__float__", "__bool__", "__int__"):
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _original=original, **kwargs):
+                self.count += self.inside
+                return _original(tensor, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+        step = trainer._optimizer_step
+
+        def watched():
+            self.inside = True
+            try:
+                return step()
+            finally:
+                self.inside = False
+
+        monkeypatch.setattr(trainer, "_optimizer_step", watched)
+
+
+def test_device_side_check_skips_in_the_kernel_without_a_host_read(
+    tmp_path, points_task, points_config, monkeypatch
+):
+    """The CUDA mode (fused AdamW's found_inf), run on the CPU, whose fused kernel honours
+    found_inf the same way: no step reads a value back; the skipped step leaves parameters
+    and moments untouched and is counted when the run settles (logging points, end)."""
+    cfg = points_config(**{"training.max_steps": 6, "training.per_device_train_batch_size": 8})
+    task = points_task(n=64, batch_size=8)
+    Poison(task, nan_loss_steps=(3,))
+    probe = Probe()
+    trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[probe])
+    assert not trainer.device_skip  # on by itself only on CUDA
+    assert trainer.optimizer.defaults["fused"]
+    trainer.device_skip = True
+    reads = HostReads(monkeypatch, trainer)
+    trainer.fit()
+    assert reads.count == 0
+    assert trainer.state.global_step == 6 and trainer.state.nonfinite_steps == 1
+    params2, moments2, _, _ = probe.snaps[2]
+    params3, moments3, _, _ = probe.snaps[3]  # the poisoned micro-batch's step
+    assert all(torch.equal(a, b) for a, b in zip(params2, params3, strict=True))
+    assert moments2.keys() == moments3.keys()
+    for index, state in moments2.items():
+        assert all(torch.equal(state[k], moments3[index][k]) for k in state)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert not torch.equal(probe.snaps[6][0][0], params3[0])  # later steps did update
+
+
+def test_device_side_check_stops_a_diverging_run_at_the_next_logging_point(
+    tmp_path, points_task, points_config, capsys
+):
+    cfg = points_config(
+        **{
+            "training.max_steps": 50,
+            "training.per_device_train_batch_size": 8,
+            "training.max_consecutive_nonfinite_steps": 3,
+        }
+    )
+    task = points_task(n=400, batch_size=8)
+    Poison(task, nan_loss_steps=range(3, 1000))
+
+    class LogEvery4(Callback):
+        def on_step_end(self, trainer):
+            if trainer.state.global_step % 4 == 0:
+                trainer.pop_train_metrics()
+
+    trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[LogEvery4()])
+    trainer.device_skip = True
+    trainer.fit()
+    assert trainer.diverged and "diverged" in trainer.stop_reason
+    assert trainer.state.global_step == 8  # noticed at the logging point of step 8
+    assert trainer.state.nonfinite_steps == 6 and trainer.state.consecutive_nonfinite == 6
+    assert "optimizer step(s) skipped since the last report" in capsys.readouterr().out
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -236,7 +236,8 @@ class TrainingConfig(Section):
     skip_nonfinite_steps: bool = Field(
         True,
         description="Skip the optimizer step when the loss or gradient is NaN/Inf "
-        "(one scalar read per step).",
+        "(one scalar read per step; on CUDA with fused AdamW the check and the skip stay on "
+        "the GPU and the skips are read at logging points, so no step waits for the GPU).",
     )
     max_consecutive_nonfinite_steps: int = Field(
         10, ge=1, description="Stop the run after this many skipped steps in a row."

@@ -218,6 +218,17 @@ class Trainer:
         self.precision = Precision.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = self._build_optimizer()
+        # CUDA, fused AdamW, no loss scaler: the finite check stays on the GPU. The fused
+        # kernel skips a non-finite step by itself (its `found_inf` input), and the skips
+        # are counted on the device and read at logging points, so no step waits for the
+        # GPU. A skipped step still counts as a step there (as under fp16 loss scaling).
+        self.device_skip = (
+            device.type == "cuda"
+            and bool(self.optimizer.defaults.get("fused"))
+            and self.precision.scaler is None
+        )
+        self._skipped_dev: torch.Tensor | None = None  # skips since the last settle
+        self._consecutive_dev: torch.Tensor | None = None
         self.steps_per_epoch = math.ceil(len(task.train_loader) / self.accumulation)
         if t.max_steps > 0:
             self.total_steps = t.max_steps
@@ -316,6 +327,7 @@ class Trainer:
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
         self.writer.wait()  # every checkpoint is on disk before fit returns
+        self.settle_nonfinite()
         parallel.barrier()
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
@@ -449,16 +461,24 @@ class Trainer:
             # loss + norm is finite exactly when both are (short of a sum overflowing
             # float32, which only a diverged run reaches): one kernel, one read.
             check = step_loss if norm is None or scaler is not None else step_loss + norm
-            finite = math.isfinite(float(check))
+            if self.device_skip:
+                bad = (~torch.isfinite(check)).to(torch.float32)
+                self.optimizer.found_inf = bad  # type: ignore[attr-defined]
+                self._count_device_skip(bad)
+            else:
+                finite = math.isfinite(float(check))
         if finite:
             if scaler is not None:
                 scaler.step(self.optimizer)
                 scaler.update()
             else:
                 self.optimizer.step()
+                if self.device_skip:
+                    self.optimizer.found_inf = None  # type: ignore[attr-defined]
             self.scheduler.step()
             self.state.global_step += 1
-            self.state.consecutive_nonfinite = 0
+            if not self.device_skip:  # else counted on the device, read when settling
+                self.state.consecutive_nonfinite = 0
             self.last_grad_norm = norm
             self.last_step_loss = step_loss.detach()
             self.window.fold(sums)
@@ -469,6 +489,40 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         sums.reset()
         return finite
+
+    def _count_device_skip(self, bad: torch.Tensor) -> None:
+        if self._skipped_dev is None or self._consecutive_dev is None:
+            # A streak carried in from a checkpoint continues (a host number, no read).
+            self._skipped_dev = bad.clone()
+            self._consecutive_dev = (bad + self.state.consecutive_nonfinite) * bad
+            return
+        self._skipped_dev += bad
+        # consecutive = (consecutive + 1) on a skip, 0 otherwise
+        self._consecutive_dev.add_(bad).mul_(bad)
+
+    def settle_nonfinite(self) -> None:
+        """Device-side finite check: read the skips counted since the last call (one read,
+        at a logging point or a checkpoint) and stop a run that keeps diverging."""
+        if self._skipped_dev is None or self._consecutive_dev is None:
+            return
+        skipped = int(self._skipped_dev.item())
+        consecutive = int(self._consecutive_dev.item())
+        self._skipped_dev.zero_()
+        s = self.state
+        s.consecutive_nonfinite = consecutive
+        if not skipped:
+            return
+        s.nonfinite_steps += skipped
+        self.window.skipped += skipped
+        print(
+            f"step {s.global_step}: {skipped} optimizer step(s) skipped since the last report "
+            f"for a non-finite loss or gradient ({consecutive} in a row, {s.nonfinite_steps} "
+            "in total)"
+        )
+        limit = self.config.training.max_consecutive_nonfinite_steps
+        if consecutive >= limit:
+            self.diverged = True
+            self.stop(f"diverged: {limit} consecutive steps with a non-finite loss or gradient")
 
     def _skip_nonfinite(self) -> None:
         s = self.state
@@ -487,6 +541,7 @@ class Trainer:
     def pop_train_metrics(self) -> dict[str, float]:
         """Synchronise once, turn the window's sums into metrics, start a new window."""
         self.sync()
+        self.settle_nonfinite()
         w = self.window
         wall_s = max(time.perf_counter() - w.started - w.paused_s, 1e-9)
         if w.weight == 0:
@@ -604,6 +659,7 @@ class Trainer:
         the copy. Weights holding NaN or Inf are never written: the write is dropped with
         one line and the previous checkpoints stay the newest."""
         paused_from = time.perf_counter()
+        self.settle_nonfinite()  # the skip counters go into the checkpoint
         self.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
