@@ -218,15 +218,12 @@ class Trainer:
         self.precision = Precision.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = self._build_optimizer()
-        # CUDA, fused AdamW, no loss scaler: the finite check stays on the GPU. The fused
-        # kernel skips a non-finite step by itself (its `found_inf` input), and the skips
-        # are counted on the device and read at logging points, so no step waits for the
-        # GPU. A skipped step still counts as a step there (as under fp16 loss scaling).
-        self.device_skip = (
-            device.type == "cuda"
-            and bool(self.optimizer.defaults.get("fused"))
-            and self.precision.scaler is None
-        )
+        # CUDA with fused AdamW: the finite check stays on the GPU. The fused kernel skips a
+        # non-finite step by itself (its `found_inf` input), and the skips are counted on
+        # the device and read at logging points, so no step waits for the GPU. A skipped
+        # step still counts as a step there. Under fp16 the grad scaler feeds the kernel its
+        # own `found_inf` (overflowing gradients, which a non-finite loss produces too).
+        self.device_skip = device.type == "cuda" and bool(self.optimizer.defaults.get("fused"))
         self._skipped_dev: torch.Tensor | None = None  # skips since the last settle
         self._consecutive_dev: torch.Tensor | None = None
         self.steps_per_epoch = math.ceil(len(task.train_loader) / self.accumulation)
@@ -456,16 +453,17 @@ class Trainer:
             norm = norm.full_tensor()
         finite = True
         if t.skip_nonfinite_steps:
-            # One scalar read per step. Under fp16 the grad scaler already skips steps with
-            # overflowing gradients, so only the loss decides there.
+            # Host mode: one scalar read per step. Under fp16 the grad scaler already skips
+            # steps with overflowing gradients, so only the loss decides there (on CUDA the
+            # scaler alone decides, inside the fused kernel, with no read).
             # loss + norm is finite exactly when both are (short of a sum overflowing
             # float32, which only a diverged run reaches): one kernel, one read.
             check = step_loss if norm is None or scaler is not None else step_loss + norm
-            if self.device_skip:
+            if self.device_skip and scaler is None:
                 bad = (~torch.isfinite(check)).to(torch.float32)
                 self.optimizer.found_inf = bad  # type: ignore[attr-defined]
                 self._count_device_skip(bad)
-            else:
+            elif not self.device_skip:
                 finite = math.isfinite(float(check))
         if finite:
             if scaler is not None:
