@@ -192,7 +192,7 @@ SETTINGS = (
 
 
 def run(
-    repeats: int = 5,
+    repeats: int = 9,
     workloads: dict[str, Workload] | None = None,
     threads: int | None = None,
 ) -> tuple[str, dict[str, float]]:
