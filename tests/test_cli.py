@@ -9,21 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainforge import cli
+from fakes.in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_in_process(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Call the real entry point in this process (so fixtures such as tiny_cifar apply)."""
-    monkeypatch.setattr(sys, "argv", ["trainforge", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def records(run_dir: Path) -> list[dict]:

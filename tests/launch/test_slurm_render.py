@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from trainforge import cli
+from fakes.in_process import run_in_process
 from trainforge.launch.cli import build_job
 from trainforge.launch.slurm import generic_script, render_script
 
@@ -62,17 +62,6 @@ SLURM_ENV = {
     "SLURM_JOB_NODELIST": "node-[a-b]",
     "SLURM_CPUS_PER_TASK": "8",
 }
-
-
-def run_in_process(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["trainforge", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def sbatch_lines(script: str) -> list[str]:

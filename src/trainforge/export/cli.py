@@ -6,12 +6,12 @@ importing the `trainforge` command never imports torch. Usage errors are one lin
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.exceptions import TyperException
+
+from trainforge.subapp import run_subapp
 
 export_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 bench_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -118,23 +118,11 @@ def bench_command(
     )
 
 
-def _run(app: typer.Typer, argv: list[str], prog: str) -> int:
-    try:
-        app(args=argv, prog_name=prog, standalone_mode=False)
-    except typer.Exit as done:
-        return int(done.exit_code)
-    except TyperException as err:  # usage errors (typer's own click)
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
-        print(f"{prog}: {message.rstrip('.')}. See {prog} --help", file=sys.stderr)
-        return 2
-    return 0
-
-
 def export_main(argv: list[str]) -> int:
     """Run `trainforge export ARGV`; UserError propagates to the top-level handler."""
-    return _run(export_app, argv, "trainforge export")
+    return run_subapp(export_app, argv, "trainforge export")
 
 
 def bench_main(argv: list[str]) -> int:
     """Run `trainforge bench-infer ARGV`."""
-    return _run(bench_app, argv, "trainforge bench-infer")
+    return run_subapp(bench_app, argv, "trainforge bench-infer")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.exceptions import TyperException
 
 from trainforge.errors import UserError
 from trainforge.launch.slurm import (
@@ -25,6 +24,7 @@ from trainforge.launch.slurm import (
     render_script,
     submit,
 )
+from trainforge.subapp import run_subapp
 
 slurm_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -202,13 +202,4 @@ def target_platform(nodes: int, gpus_per_node: int):
 
 def slurm_main(argv: list[str]) -> int:
     """Run `trainforge slurm ARGV`; UserError propagates to the top-level handler."""
-    prog = "trainforge slurm"
-    try:
-        slurm_app(args=argv, prog_name=prog, standalone_mode=False)
-    except typer.Exit as done:
-        return int(done.exit_code)
-    except TyperException as err:  # usage errors (typer's own click)
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
-        print(f"{prog}: {message.rstrip('.')}. See {prog} --help", file=sys.stderr)
-        return 2
-    return 0
+    return run_subapp(slurm_app, argv, "trainforge slurm")
