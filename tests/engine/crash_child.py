@@ -22,7 +22,10 @@ from trainforge.engine.trainer import Trainer
 
 class Printer(Callback):
     def on_step_end(self, trainer):
-        print(f"step {trainer.state.global_step}", flush=True)
+        # One write per line: print() writes the text and the newline separately, and a
+        # background save's report could land between them.
+        sys.stdout.write(f"step {trainer.state.global_step}\n")
+        sys.stdout.flush()
 
 
 def digest(trainer: Trainer) -> str:

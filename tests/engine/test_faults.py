@@ -168,6 +168,22 @@ def test_a_damaged_checkpoint_is_reported_and_skipped(tmp_path, capsys, damage):
         ckpt.load_checkpoint(bad)
 
 
+def test_a_damaged_checkpoint_is_reported_once_however_often_the_folder_is_listed(
+    tmp_path, capsys
+):
+    # Rotation lists the checkpoints at every save; the same damaged folder must not flood
+    # the log, and each report is one whole line.
+    root = tmp_path / "checkpoints"
+    good(root, "checkpoint-1", 1)
+    (good(root, "checkpoint-2", 2) / "manifest.json").unlink()
+    for _ in range(3):
+        assert ckpt.latest(root).path.name == "checkpoint-1"
+    ckpt.rotate(root, keep=1)
+    out = capsys.readouterr().out
+    assert out.count("skipping checkpoint") == 1
+    assert out.endswith("no manifest (incomplete write)\n")
+
+
 def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
     tmp_path, points_task, points_config, monkeypatch
 ):

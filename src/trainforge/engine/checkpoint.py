@@ -318,6 +318,23 @@ def load_checkpoint(
     return model_state, state, read_meta(folder)
 
 
+_REPORTED: set[tuple[str, str]] = set()
+
+
+def _report_skipped(folder: Path, problem: str) -> None:
+    """One line per damaged folder per process, written in one call.
+
+    Rotation lists the checkpoints at every save, so without the memo the same damaged folder
+    would be reported again and again; a single write keeps the line whole when a background
+    save reports while the training thread prints."""
+    key = (str(folder), problem)
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    sys.stdout.write(f"skipping checkpoint {folder}: {problem}\n")
+    sys.stdout.flush()
+
+
 def list_checkpoints(root: Path) -> list[Checkpoint]:
     """Verified checkpoints under `root`, oldest first by global step; bad ones reported."""
     found = []
@@ -328,7 +345,7 @@ def list_checkpoints(root: Path) -> list[Checkpoint]:
             continue
         problem = verify(folder)
         if problem:
-            print(f"skipping checkpoint {folder}: {problem}")
+            _report_skipped(folder, problem)
             continue
         found.append(Checkpoint(folder, read_meta(folder)))
     return sorted(found, key=lambda c: (c.global_step, c.meta.get("timestamp", "")))
