@@ -168,9 +168,7 @@ def test_a_damaged_checkpoint_is_reported_and_skipped(tmp_path, capsys, damage):
         ckpt.load_checkpoint(bad)
 
 
-def test_a_damaged_checkpoint_is_reported_once_however_often_the_folder_is_listed(
-    tmp_path, capsys
-):
+def test_a_damaged_checkpoint_is_reported_once_however_often_listed(tmp_path, capsys):
     # Rotation lists the checkpoints at every save; the same damaged folder must not flood
     # the log, and each report is one whole line.
     root = tmp_path / "checkpoints"
