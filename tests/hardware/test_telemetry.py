@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -12,6 +13,7 @@ import types
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import psutil
 import pytest
@@ -391,3 +393,115 @@ def test_telemetry_and_tegrastats_do_not_import_torch(run_without_torch) -> None
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     run_without_torch(code)
+
+
+# --- jtop (jetson-stats) ----------------------------------------------------------------------
+
+JTOP = json.loads(
+    (Path(__file__).resolve().parent / "fixtures" / "telemetry" / "jtop_orin_nano.json").read_text()
+)
+
+
+class FakeJtop:
+    """Stands in for `jtop.jtop`: `start()` connects to the service, `stats`/`memory` read."""
+
+    instances: ClassVar[list[FakeJtop]] = []
+
+    def __init__(self, interval: float = 1.0, fail: Exception | None = None) -> None:
+        self.interval, self.fail, self.closed = interval, fail, 0
+        FakeJtop.instances.append(self)
+
+    def start(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    @property
+    def stats(self) -> dict:
+        return JTOP["stats"]
+
+    @property
+    def memory(self) -> dict:
+        return JTOP["memory"]
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def fake_jtop(fail: Exception | None = None) -> types.SimpleNamespace:
+    return types.SimpleNamespace(jtop=lambda interval: FakeJtop(interval, fail))
+
+
+def test_jtop_stats_map_onto_the_tegrastats_keys() -> None:
+    from trainforge.hardware.jtop_source import readings
+
+    got = readings(JTOP["stats"], JTOP["memory"])
+    assert got["gpu_util_pct"] == 87.5 and got["emc_util_pct"] == 23.0
+    assert got["cpu_util_pct"] == pytest.approx((35 + 41 + 28 + 36) / 4)  # offline cores out
+    assert got["ram_used_mib"] == pytest.approx(4846240 / 1024)
+    assert got["ram_total_mib"] == pytest.approx(7802832 / 1024)
+    assert got["swap_used_mib"] == pytest.approx(160768 / 1024)
+    assert got["temp_gpu_c"] == 54.3 and got["temp_tj_c"] == 55.2
+    assert "temp_cv0_c" not in got  # -256: no sensor behind the zone
+    assert got["power_vdd_in_mw"] == 8954.0 and got["power_total_mw"] == 8954.0
+    assert got["power_vdd_cpu_gpu_cv_mw"] == 4120.0
+    assert all(isinstance(v, float) for v in got.values())
+    # The same names as the tegrastats parser gives for the same board.
+    from trainforge.hardware.tegrastats import parse_line
+
+    assert {"gpu_util_pct", "ram_used_mib", "power_vdd_in_mw", "power_total_mw"} <= set(
+        parse_line(JP6_LINE)
+    )
+
+
+def test_jtop_odd_input_never_raises() -> None:
+    from trainforge.hardware.jtop_source import readings
+
+    assert readings({"GPU": "OFF", "Temp x": None, "nvp model": "MAXN"}, None) == {}
+    assert readings({"CPU1": True}, {"RAM": {"tot": "?"}}) == {}
+
+
+def test_jetson_without_tegrastats_uses_jtop(tmp_path: Path) -> None:
+    FakeJtop.instances.clear()
+    sources, notes = available_sources(
+        platform("jetson"),
+        tegrastats_path=str(tmp_path / "nope"),
+        tegrastats_interval_ms=500,
+        jtop_module=fake_jtop(),
+    )
+    assert (names(sources), notes) == (["psutil", "jtop"], [])
+    assert FakeJtop.instances[-1].interval == 0.5
+    sampler = TelemetrySampler(sources, interval_s=0.02)
+    sampler.start()
+    try:
+        assert wait_for(lambda: "power_vdd_in_mw" in sampler.latest())
+        assert sampler.latest()["gpu_util_pct"] == 87.5
+    finally:
+        sampler.stop()
+    assert FakeJtop.instances[-1].closed == 1
+
+
+def test_jtop_service_down_is_one_note(tmp_path: Path) -> None:
+    sources, notes = available_sources(
+        platform("jetson"),
+        tegrastats_path=str(tmp_path / "nope"),
+        jtop_module=fake_jtop(fail=RuntimeError("The jtop.service is not active")),
+    )
+    assert names(sources) == ["psutil"]
+    assert len(notes) == 1
+    assert "jtop failed (The jtop.service is not active)" in notes[0]
+    assert "/run/jtop.sock" in notes[0]
+
+
+def test_tegrastats_is_preferred_over_jtop(tmp_path: Path) -> None:
+    script = tmp_path / "tegrastats"
+    script.write_text(f"#!/bin/sh\nwhile true; do echo '{JP6_LINE}'; sleep 0.05; done\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    FakeJtop.instances.clear()
+    sources, _ = available_sources(
+        platform("jetson"), tegrastats_path=str(script), jtop_module=fake_jtop()
+    )
+    try:
+        assert names(sources) == ["psutil", "tegrastats"] and not FakeJtop.instances
+    finally:
+        for source in sources:
+            source.close()

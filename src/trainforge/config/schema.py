@@ -352,7 +352,7 @@ class HardwareConfig(Section):
         None, gt=0.0, description="Device memory the run may use, in GiB (profile guidance)."
     )
     telemetry: bool = Field(
-        True, description="Sample CPU/RAM, GPU (NVML) or Jetson (tegrastats) telemetry."
+        True, description="Sample CPU/RAM, GPU (NVML) or Jetson (tegrastats or jtop) telemetry."
     )
     telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
     launcher: Literal["local", "torchrun", "slurm"] = Field(

@@ -2,9 +2,10 @@
 
 A `Source` returns flat numeric readings whose keys carry their unit (`gpu0_temp_c`,
 `ram_used_mib`); `available_sources()` picks the ones that work on a `Platform` (psutil always,
-NVML on CUDA machines and DGX Spark, tegrastats on Jetson) and says in one line per source why
-any was left out. `TelemetrySampler` polls the sources on a background thread, merges them into
-one dict with a `time` key and keeps running max/mean per key.
+NVML on CUDA machines and DGX Spark, tegrastats on Jetson, or jtop there when tegrastats is
+missing) and says in one line per source why any was left out. `TelemetrySampler` polls the
+sources on a background thread, merges them into one dict with a `time` key and keeps running
+max/mean per key.
 
 Telemetry is an observer: it must never crash or stall training, so a failing reading is
 dropped and a failing source is switched off. Nothing here imports torch.
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from trainforge.hardware.jtop_source import JtopSource
 from trainforge.hardware.platform import Platform
 from trainforge.hardware.tegrastats import TegrastatsReader, TegrastatsSource
 
@@ -161,6 +163,7 @@ def available_sources(
     nvml_module: Any | None = None,
     tegrastats_path: str | None = None,
     tegrastats_interval_ms: int = 1000,
+    jtop_module: Any | None = None,
 ) -> tuple[list[Source], list[str]]:
     """The sources that work on `platform`, and one note line per source left out. Never raises."""
     sources: list[Source] = []
@@ -179,9 +182,20 @@ def available_sources(
     if platform.kind == "jetson":
         path = tegrastats_path or shutil.which("tegrastats")
         if path is None or not TegrastatsReader.available(path):
-            notes.append(
-                "telemetry: tegrastats not found; Jetson GPU, power and temperature readings off"
-            )
+            # Containers often lack tegrastats but reach the host's jtop service.
+            try:
+                sources.append(JtopSource(tegrastats_interval_ms / 1000.0, jtop_module))
+            except ImportError:
+                notes.append(
+                    "telemetry: tegrastats not found and jtop (pip install jetson-stats) not "
+                    "installed; Jetson GPU, power and temperature readings off"
+                )
+            except Exception as error:
+                notes.append(
+                    f"telemetry: tegrastats not found and jtop failed ({_reason(error)}); "
+                    "Jetson GPU, power and temperature readings off (in a container, mount "
+                    "/run/jtop.sock)"
+                )
         else:
             try:
                 reader = TegrastatsReader(tegrastats_interval_ms, path=path)
