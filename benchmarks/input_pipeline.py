@@ -9,7 +9,8 @@ short trainforge training run on its default input path.
 - trainforge: the data set held as one uint8 NCHW tensor (`TensorImageDataset`), trainforge's
   loader (`make_loader` with the CPU profile's settings: one gather per batch, no workers) and
   `BatchAugment` with CIFAR-10's defaults (the same four transforms on the whole batch), as
-  the image task runs it on CPU.
+  the image task runs it on CPU, with as many torch threads as the seed has worker processes
+  (equal cores; a diagnostic row shows one thread).
 Both deliver normalised float32 [B,3,32,32] batches to the training process; images/s is
 wall clock over `timed_batches` batches after `warmup_batches`, median of alternating rounds.
 Target: >= 8x on 2 CPU cores.
@@ -305,13 +306,25 @@ def run(
         pipelines = Pipelines(num_images, batch_size, workers)
         pipelines.seed()  # warm-up: workers started
         pipelines.trainforge()
+        # Equal cores: the seed's worker processes run one thread each, so trainforge, whose
+        # augmentation runs in the training process, gets as many intra-op threads (what a
+        # run does: `training.num_threads` defaults to all cores). The one-thread row shows
+        # what a single core gives.
+        cores = max(1, workers)
+
+        def on_cores(fn, n: int = cores):
+            def call():
+                with torch_threads(n):
+                    return measure_memory(fn)
+
+            return call
+
         cases = alternate(
             {
                 "seed": lambda: measure_memory(pipelines.seed, children=pipelines.worker_pids),
-                "trainforge": lambda: measure_memory(pipelines.trainforge),
-                "gather": lambda: measure_memory(
-                    lambda: pipelines.trainforge(pipelines.gather_augment)
-                ),
+                "trainforge": on_cores(pipelines.trainforge),
+                "one_thread": on_cores(pipelines.trainforge, 1),
+                "gather": on_cores(lambda: pipelines.trainforge(pipelines.gather_augment)),
             },
             repeats,
         )
@@ -322,8 +335,12 @@ def run(
     seed_rate = rates["seed"]
     rows = [
         [f"seed: torchvision per sample, {workers} worker processes", "seed"],
-        [f"trainforge: uint8 in memory + BatchAugment, {count} thread(s)", "trainforge"],
-        ["(diag) trainforge with the earlier crop_flip (per-pixel gather)", "gather"],
+        [f"trainforge: uint8 in memory + BatchAugment, {cores} thread(s)", "trainforge"],
+        ["(diag) trainforge on 1 thread (one core)", "one_thread"],
+        [
+            f"(diag) trainforge with the earlier crop_flip (per-pixel gather), {cores} thread(s)",
+            "gather",
+        ],
     ]
     rows = [
         [label, f"{rates[key]:,.0f}", f"{rates[key] / seed_rate:.2f}x", *memory_cells(cases[key])]
@@ -356,6 +373,7 @@ def run(
     )
     return text, {
         "input_pipeline_speedup": rates["trainforge"] / seed_rate,
+        "input_pipeline_one_thread_speedup": rates["one_thread"] / seed_rate,
         "input_pipeline_gather_speedup": rates["gather"] / seed_rate,
         "data_wait_share": share,
         "input_transform_max_diff": max_diff,

@@ -48,11 +48,24 @@ def test_data_wait_comes_from_the_trainers_timed_window():
     assert metrics["samples_per_s"] > 0 and metrics["step_time_s"] > 0
 
 
-def test_run_reports_the_speedup_and_the_data_wait_share():
+def test_run_reports_the_speedup_and_the_data_wait_share(monkeypatch):
+    # Equal cores: trainforge's row runs with as many torch threads as the seed has worker
+    # processes; the diagnostic row with one.
+    threads_seen = []
+    timed = ip.Pipelines.trainforge
+
+    def recording(self, augment=None):
+        threads_seen.append(torch.get_num_threads())
+        return timed(self, augment)
+
+    monkeypatch.setattr(ip.Pipelines, "trainforge", recording)
     text, ratios = ip.run(repeats=1, batch_size=16, batches_per_epoch=2, workers=2,
-                          train_steps=(1, 2))  # fmt: skip
+                          train_steps=(1, 2), threads=1)  # fmt: skip
+    assert sorted(set(threads_seen)) == [1, 2]
     assert "seed: torchvision per sample, 2 worker processes" in text
-    assert "trainforge: uint8 in memory + BatchAugment" in text
+    assert "trainforge: uint8 in memory + BatchAugment, 2 thread(s)" in text
+    assert "(diag) trainforge on 1 thread" in text
+    assert ratios["input_pipeline_one_thread_speedup"] > 0
     assert "same transforms: max |difference| 0.00e+00" in text
     assert ratios["input_pipeline_speedup"] > 0
     assert ratios["input_pipeline_gather_speedup"] > 0
