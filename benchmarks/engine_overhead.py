@@ -69,7 +69,7 @@ def synthetic_cifar(num_samples: int, seed: int = 0) -> tuple[torch.Tensor, torc
 
 
 def mlp_workload(
-    batch_size: int = 64, hidden: int = 64, warmup: int = 10, timed: int = 150
+    batch_size: int = 64, hidden: int = 64, warmup: int = 10, timed: int = 500
 ) -> Workload:
     def make() -> nn.Module:
         torch.manual_seed(0)
