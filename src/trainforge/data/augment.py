@@ -15,32 +15,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
 def _crop_flip_nchw(
     images: Tensor, offsets_y: Tensor, offsets_x: Tensor, flip_mask: Tensor | None, padding: int
 ) -> Tensor:
-    """`crop_flip`'s pixels as a contiguous [B,C,H,W] tensor (`flip_mask` None: no flips).
+    """`crop_flip`'s pixels as a [B,C,H,W] view (`flip_mask` None: no flips).
 
     Flipping a crop equals cropping the flipped padded image at the mirrored offset
     (flip(crop(x, ox)) == crop(flip(x), 2*padding - ox)), so the batch and its mirror image are
-    padded side by side and every output image is one window of one of them: a single gather
-    of whole windows from an unfold view (no per-pixel index tensors, no host synchronisation).
+    padded into one flat buffer side by side. In a padded channel plane the crop's H rows
+    starting at row oy are one contiguous run of H * (W + 2p) values; starting that run at
+    column ox instead, the first W values of each of its rows are the crop. So the whole crop
+    is one `index_select` of B*C contiguous runs (a memcpy each on the CPU, no per-pixel
+    offsets, no host synchronisation) from an overlapping view whose row r starts at value r;
+    the result is a view with row stride W + 2p, read once by the float conversion.
     """
-    num_images, _, height, width = images.shape
+    num_images, channels, height, width = images.shape
     device = images.device
-    padded = F.pad(images, (padding, padding, padding, padding)) if padding else images
+    padded_h, padded_w = height + 2 * padding, width + 2 * padding
+    copies = 2 if flip_mask is not None else 1
+    planes = copies * num_images * channels * padded_h * padded_w
+    # Slack at the end: the last run, started at column ox, may reach 2p values past its plane.
+    flat = images.new_zeros(planes + 2 * padding)
+    padded = flat[:planes].view(copies * num_images, channels, padded_h, padded_w)
+    inner = (slice(padding, padding + height), slice(padding, padding + width))
+    padded[:num_images, :, inner[0], inner[1]] = images
     source = torch.arange(num_images, device=device)
     offsets_x = offsets_x.to(device)
     if flip_mask is not None:
         flip_mask = flip_mask.to(device)
-        padded = torch.cat([padded, padded.flip(-1)])  # [2B,C,H+2p,W+2p]: images, then mirrors
+        padded[num_images:, :, inner[0], inner[1]] = images.flip(-1)  # the mirror images
         source = source + num_images * flip_mask.long()
         offsets_x = torch.where(flip_mask, 2 * padding - offsets_x, offsets_x)
-    windows = padded.unfold(2, height, 1).unfold(3, width, 1)  # [N,C,2p+1,2p+1,H,W], a view
-    return windows[source, :, offsets_y.to(device), offsets_x]
+    run = height * padded_w
+    plane_index = source[:, None] * channels + torch.arange(channels, device=device)
+    starts = (plane_index * padded_h + offsets_y.to(device)[:, None]) * padded_w
+    starts = (starts + offsets_x[:, None]).reshape(-1)
+    runs = flat.as_strided((flat.numel() - run + 1, run), (1, 1))  # row r = flat[r : r + run]
+    cropped = runs.index_select(0, starts)
+    return cropped.view(num_images, channels, height, padded_w)[..., :width]
 
 
 def _channels_last_copy(images: Tensor, dtype: torch.dtype) -> Tensor:
@@ -123,7 +138,7 @@ class BatchAugment(torch.nn.Module):
 
     def _random_crop_flip(self, images: Tensor, generator: torch.Generator | None) -> Tensor:
         """Crop offsets and flips drawn in a fixed order (y offsets, x offsets, flips), then the
-        crop as contiguous [B,C,H,W]; changing the draws would change every resumed run."""
+        crop as a [B,C,H,W] view; changing the draws would change every resumed run."""
         num_images = images.shape[0]
         device = images.device
         max_offset = 2 * self.crop_padding_px

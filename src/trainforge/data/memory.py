@@ -67,7 +67,9 @@ class TensorImageDataset(Dataset):
 
     def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor]:
         index = torch.as_tensor(indices, dtype=torch.int64, device=self.images.device)
-        return self.images[index], self.labels[index]
+        # index_select copies whole images (a memcpy each on the CPU); advanced indexing
+        # computes every byte's offset and is ~20x slower for a CIFAR batch.
+        return self.images.index_select(0, index), self.labels.index_select(0, index)
 
     @property
     def nbytes(self) -> int:
