@@ -156,7 +156,9 @@ class Window:
         if not mean_loss:
             self.loss_sum = self.loss_sum + step.loss_sum
         elif isinstance(self.loss_sum, torch.Tensor):
-            self.loss_sum = torch.add(self.loss_sum, step.loss_sum, alpha=step.weight)
+            # In place: the window's sum is its own tensor (made by the multiply below), never
+            # a step's loss that is also kept as `last_step_loss`.
+            self.loss_sum.add_(step.loss_sum, alpha=step.weight)
         else:
             self.loss_sum = step.loss_sum * step.weight + self.loss_sum
         self.weight += step.weight
@@ -374,7 +376,9 @@ class Trainer:
                     # The window is this one micro-batch: its mean loss is the step's loss,
                     # so backward on it directly (no weighting on the way in or out), and the
                     # step sums hold that mean rather than mean x weight (no op per step).
-                    loss = out.loss.float()
+                    loss = out.loss
+                    if loss.dtype != torch.float32:  # .float() on float32 still dispatches
+                        loss = loss.float()
                     weighted = loss.detach()
                 else:
                     loss = weighted = out.loss.float() * out.weight
@@ -435,7 +439,7 @@ class Trainer:
         t = self.config.training
         mean_loss = self._mean_backward  # sums.loss_sum is the step's mean loss already
         # The gradient list feeds the rescaling and the unclipped norm only.
-        needs_grads = self.dist.enabled or not mean_loss or t.max_grad_norm is None
+        needs_grads = not mean_loss or t.max_grad_norm is None  # mean_loss: one process
         grads = [p.grad for p in self.params if p.grad is not None] if needs_grads else []
         loss_sum = sums.loss_sum
         if not isinstance(loss_sum, torch.Tensor):
@@ -488,7 +492,8 @@ class Trainer:
             if not self.device_skip:  # else counted on the device, read when settling
                 self.state.consecutive_nonfinite = 0
             self.last_grad_norm = norm
-            self.last_step_loss = step_loss.detach()
+            # Under mean_loss the step's loss is already the detached micro-batch mean.
+            self.last_step_loss = step_loss if mean_loss else step_loss.detach()
             self.window.fold(sums, mean_loss)
         else:
             if scaler is not None:
