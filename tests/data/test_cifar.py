@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import tarfile
 import urllib.error
 from pathlib import Path
@@ -33,6 +34,18 @@ def _count_cifar_reads(monkeypatch) -> list[bool]:
 
     monkeypatch.setattr(CIFAR10, "__init__", counting_init)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def _sockets_refuse_to_connect(monkeypatch):
+    """Nothing here may download: the download function is replaced in each test that asks
+    for `download=True`, and any connection that slips past it fails the test at once."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a CIFAR-10 test tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def _no_network(*args, **kwargs):

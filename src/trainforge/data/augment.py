@@ -40,13 +40,13 @@ def _crop_flip_nchw(
     # Slack at the end: the last run, started at column ox, may reach 2p values past its plane.
     flat = images.new_zeros(planes + 2 * padding)
     padded = flat[:planes].view(copies * num_images, channels, padded_h, padded_w)
-    inner = (slice(padding, padding + height), slice(padding, padding + width))
-    padded[:num_images, :, inner[0], inner[1]] = images
+    rows, cols = slice(padding, padding + height), slice(padding, padding + width)
+    padded[:num_images, :, rows, cols] = images
     source = torch.arange(num_images, device=device)
     offsets_x = offsets_x.to(device)
     if flip_mask is not None:
         flip_mask = flip_mask.to(device)
-        padded[num_images:, :, inner[0], inner[1]] = images.flip(-1)  # the mirror images
+        padded[num_images:, :, rows, cols] = images.flip(-1)  # the mirror images
         source = source + num_images * flip_mask.long()
         offsets_x = torch.where(flip_mask, 2 * padding - offsets_x, offsets_x)
     run = height * padded_w

@@ -360,8 +360,9 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
     """Delete the oldest periodic checkpoints beyond `keep`; best/time-limit/newest stay."""
     if keep is None:
         return []
-    periodic = [c for c in list_checkpoints(root) if PERIODIC.match(c.path.name)]
-    newest = latest(root)
+    found = list_checkpoints(root)  # verifying hashes every file: list once
+    periodic = [c for c in found if PERIODIC.match(c.path.name)]
+    newest = found[-1] if found else None
     removed = []
     for ckpt in periodic[: max(0, len(periodic) - keep)]:
         if newest is not None and ckpt.path == newest.path:

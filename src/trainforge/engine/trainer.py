@@ -151,16 +151,8 @@ class Window:
         self.paused_s = 0.0  # evaluation and checkpoint copies: not training time
         self.started = time.perf_counter()
 
-    def fold(self, step: StepSums, mean_loss: bool = False) -> None:
-        """Add one optimizer step; `mean_loss`: the step holds its mean loss, not the sum."""
-        if not mean_loss:
-            self.loss_sum = self.loss_sum + step.loss_sum
-        elif isinstance(self.loss_sum, torch.Tensor):
-            # In place: the window's sum is its own tensor (made by the multiply below), never
-            # a step's loss that is also kept as `last_step_loss`.
-            self.loss_sum.add_(step.loss_sum, alpha=step.weight)
-        else:
-            self.loss_sum = step.loss_sum * step.weight + self.loss_sum
+    def fold(self, step: StepSums) -> None:
+        self.loss_sum = self.loss_sum + step.loss_sum
         self.weight += step.weight
         self.samples += step.samples
         self.steps += 1
@@ -374,12 +366,9 @@ class Trainer:
                     out = self.task.step(model, batch)
                 if self._mean_backward:
                     # The window is this one micro-batch: its mean loss is the step's loss,
-                    # so backward on it directly (no weighting on the way in or out), and the
-                    # step sums hold that mean rather than mean x weight (no op per step).
-                    loss = out.loss
-                    if loss.dtype != torch.float32:  # .float() on float32 still dispatches
-                        loss = loss.float()
-                    weighted = loss.detach()
+                    # so backward on it directly (no weighting on the way in or out).
+                    loss = out.loss.float()
+                    weighted = loss.detach() * out.weight
                 else:
                     loss = weighted = out.loss.float() * out.weight
                 if self.precision.scaler is not None:
@@ -436,11 +425,7 @@ class Trainer:
         scaler = self.precision.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)
-        t = self.config.training
-        mean_loss = self._mean_backward  # sums.loss_sum is the step's mean loss already
-        # The gradient list feeds the rescaling and the unclipped norm only.
-        needs_grads = not mean_loss or t.max_grad_norm is None  # mean_loss: one process
-        grads = [p.grad for p in self.params if p.grad is not None] if needs_grads else []
+        grads = [p.grad for p in self.params if p.grad is not None]
         loss_sum = sums.loss_sum
         if not isinstance(loss_sum, torch.Tensor):
             loss_sum = torch.tensor(float(loss_sum), device=self.device)
@@ -457,12 +442,13 @@ class Trainer:
             weight = max(1, sums.weight)
             if grads and not self._mean_backward:
                 torch._foreach_mul_(grads, 1.0 / weight)
+        t = self.config.training
         norm = None
         if t.max_grad_norm is not None:
             norm = nn.utils.clip_grad_norm_(self.params, t.max_grad_norm, foreach=True)
         elif t.skip_nonfinite_steps and grads and scaler is None:
             norm = nn.utils.get_total_norm(grads, foreach=True)
-        step_loss = loss_sum if mean_loss else loss_sum / weight
+        step_loss = loss_sum / weight
         if self.sharded and norm is not None and hasattr(norm, "full_tensor"):  # a DTensor
             norm = norm.full_tensor()
         finite = True
@@ -492,9 +478,8 @@ class Trainer:
             if not self.device_skip:  # else counted on the device, read when settling
                 self.state.consecutive_nonfinite = 0
             self.last_grad_norm = norm
-            # Under mean_loss the step's loss is already the detached micro-batch mean.
-            self.last_step_loss = step_loss if mean_loss else step_loss.detach()
-            self.window.fold(sums, mean_loss)
+            self.last_step_loss = step_loss.detach()
+            self.window.fold(sums)
         else:
             if scaler is not None:
                 scaler.update()
