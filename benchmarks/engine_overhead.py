@@ -94,7 +94,7 @@ def vit_workload(
     dim: int = 64,
     layers: int = 4,
     warmup: int = 2,
-    timed: int = 20,
+    timed: int = 60,
 ) -> Workload:
     def make() -> nn.Module:
         torch.manual_seed(0)
