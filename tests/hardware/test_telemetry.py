@@ -131,6 +131,51 @@ def test_nvml_not_supported_drops_key_and_is_not_retried() -> None:
     assert module.calls["nvmlDeviceGetUtilizationRates"] == 6
 
 
+def test_nvml_not_supported_is_one_line_per_metric_never_per_sample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The issue: a source that answers "not supported" is skipped with one line."""
+    module = fake_nvml(
+        gpus=2,
+        fail={
+            "nvmlDeviceGetMemoryInfo": NOT_SUPPORTED,  # DGX Spark GB10
+            "nvmlDeviceGetPowerUsage": NOT_SUPPORTED,
+            "nvmlDeviceGetTemperature": 999,  # transient: retried, never noted
+        },
+    )
+    sampler = TelemetrySampler([NvmlSource(module)], interval_s=60)
+    for _ in range(5):
+        sampler._sample_once()  # the sampler's own step, without waiting for its thread
+    sampler.stop()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "telemetry: NVML memory reading not supported on GPU 0 (Not Supported); skipped",
+        "telemetry: NVML power reading not supported on GPU 0 (Not Supported); skipped",
+    ]
+    assert "gpu1_util_pct" in sampler.latest() and "gpu0_power_w" not in sampler.latest()
+    assert module.calls["nvmlDeviceGetTemperature"] == 10  # 2 GPUs x 5 samples
+
+
+def test_nvml_notes_go_to_the_callback_when_given() -> None:
+    notes: list[str] = []
+    module = fake_nvml(gpus=1, fail={"nvmlDeviceGetClockInfo": NOT_SUPPORTED})
+    source = NvmlSource(module, note=notes.append)
+    for _ in range(3):
+        assert "gpu0_sm_clock_mhz" not in source.sample()
+    assert notes == [
+        "telemetry: NVML sm_clock reading not supported on GPU 0 (Not Supported); skipped"
+    ]
+
+
+def test_a_failing_note_callback_never_stops_the_readings() -> None:
+    def broken(_line: str) -> None:
+        raise OSError("stderr closed")
+
+    module = fake_nvml(gpus=1, fail={"nvmlDeviceGetPowerUsage": NOT_SUPPORTED})
+    out = NvmlSource(module, note=broken).sample()
+    assert "gpu0_power_w" not in out and out["gpu0_temp_c"] == 60.0
+
+
 def test_nvml_transient_error_is_retried() -> None:
     module = fake_nvml(gpus=1, fail={"nvmlDeviceGetTemperature": 999})
     source = NvmlSource(module)

@@ -13,7 +13,6 @@ import torch
 
 from trainforge.engine.callbacks import Callback, EvalCadence
 from trainforge.engine.trainer import Trainer
-from trainforge.hardware.peaks import peak_tflops
 from trainforge.observe.reporting import MetricsCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
@@ -149,57 +148,149 @@ def test_flops_per_sample_are_counted_and_mfu_uses_the_peak(tmp_path):
     assert metrics["mfu"] == pytest.approx(achieved / 1e6)
 
 
-def test_peak_table():
-    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0
-    assert peak_tflops("NVIDIA H100 PCIe", "bf16") == 756.0
-    assert peak_tflops("NVIDIA H200", "fp16") == 989.0
-    assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32") == 19.5
-    assert peak_tflops("NVIDIA GeForce RTX 4090", "bf16") == 165.2
-    assert peak_tflops("Orin (nvgpu)", "fp16") == 42.5
-    assert peak_tflops("NVIDIA GB10", "bf16") == 62.5
-    assert peak_tflops("Tesla K80", "fp32") is None and peak_tflops(None, "bf16") is None
+class EvalRecorder(Callback):
+    """The steps of every full and fast validation, and the fast metrics."""
 
-
-class Counter(Callback):
     def __init__(self) -> None:
-        self.full = 0
-        self.fast = 0
+        self.full: list[int] = []
+        self.fast: list[tuple[int, dict]] = []
 
     def on_eval_end(self, trainer, metrics):
-        self.full += 1
+        self.full.append(trainer.state.global_step)
 
     def on_fast_eval_end(self, trainer, metrics):
-        self.fast += 1
+        self.fast.append((trainer.state.global_step, dict(metrics)))
 
 
-def test_fast_validation_uses_a_fixed_subset_and_triggers_full_validation(tmp_path):
+def improved_steps(fast: list[tuple[int, dict]], key: str, greater: bool) -> set[int]:
+    """Steps at which the fast metric beat every earlier one, worked out here."""
+    best, steps = None, set()
+    for step, metrics in fast:
+        value = metrics[key]
+        if best is None or (value > best if greater else value < best):
+            best = value
+            steps.add(step)
+    return steps
+
+
+def cadence_run(tmp_path, *, scripted=None, **sets):
+    """12 steps, fast validation every 2, full every 6. `scripted` replaces the fast
+    subset's metric values (in order) so improvements fall where the test says."""
     cfg = make_config(
         **{
             "training.max_steps": 12,
             "training.per_device_train_batch_size": 8,
+            "evaluation.eval_every_epochs": "null",
             "evaluation.fast_eval_steps": 2,
-            "evaluation.fast_eval_fraction": 0.25,
+            "evaluation.eval_steps": 6,
             "optimizer.learning_rate": 0.05,
+            **sets,
         }
     )
-    task = make_task(n=200, batch_size=8)
-    counter = Counter()
+    e = cfg.evaluation
+    recorder = EvalRecorder()
+    cadence = EvalCadence(
+        e.eval_steps, e.eval_every_epochs, e.fast_eval_steps, e.full_eval_on_fast_improvement
+    )
     trainer = Trainer(
-        task,
+        make_task(n=200, batch_size=8),
         cfg,
         run_dir=tmp_path,
         device=CPU,
-        callbacks=[EvalCadence(None, None, 2, True), counter],
+        callbacks=[cadence, recorder],
     )
+    if scripted is not None:
+        real_run_eval, values = trainer._run_eval, iter(scripted)
+
+        def run_eval(loader):
+            metrics = real_run_eval(loader)
+            if loader is trainer._fast_val_loader:
+                metrics.update(next(values))
+            return metrics
+
+        trainer._run_eval = run_eval
     trainer.fit()
+    return trainer, recorder
+
+
+@pytest.mark.parametrize(
+    ("metric", "values", "improved"),
+    [
+        ("accuracy", [0.5, 0.4, 0.6, 0.6], {2, 8}),  # equal is not an improvement
+        ("loss", [1.0, 0.9, 1.2, 0.8], {2, 4, 10}),  # lower is better
+    ],
+)
+def test_full_validation_runs_exactly_when_fast_improves_and_on_its_cadence(
+    tmp_path, metric, values, improved
+):
+    trainer, recorder = cadence_run(
+        tmp_path,
+        scripted=[{metric: v} for v in values],
+        **{"evaluation.metric_for_best_model": metric},
+    )
+    # Fast validation at every 2nd step except where full validation is due anyway (6, 12).
+    assert [step for step, _ in recorder.fast] == [2, 4, 8, 10]
+    assert improved_steps(recorder.fast, metric, metric == "accuracy") == improved
+    assert recorder.full == sorted(improved | {6, 12})
+    assert trainer.best_fast == (max if metric == "accuracy" else min)(values)
+
+
+def test_without_full_on_improvement_full_validation_keeps_its_own_cadence(tmp_path):
+    _, recorder = cadence_run(
+        tmp_path,
+        scripted=[{"accuracy": v} for v in (0.5, 0.6, 0.7, 0.8)],
+        **{"evaluation.full_eval_on_fast_improvement": "false"},
+    )
+    assert len(recorder.fast) == 4 and recorder.full == [6, 12]
+
+
+def test_fast_validation_uses_a_fixed_subset_and_triggers_full_validation(tmp_path):
+    """Real metrics this time: the full validations are the cadence's plus exactly the steps
+    where the recorded fast accuracy improved."""
+    trainer, recorder = cadence_run(
+        tmp_path, **{"evaluation.fast_eval_fraction": 0.25, "evaluation.eval_steps": 5}
+    )
     subset = trainer._fast_val_loader.dataset
     assert len(subset) == 8 and list(subset.indices) == [0, 4, 9, 13, 18, 22, 27, 31]
-    assert counter.fast == 6
-    # Every improvement of the fast metric ran one full validation, and only then.
-    assert 1 <= counter.full <= counter.fast
+    assert [step for step, _ in recorder.fast] == [2, 4, 6, 8, 12]  # 10: full is due
+    improved = improved_steps(recorder.fast, "accuracy", True)
+    assert 2 in improved  # the first fast validation always counts as an improvement
+    assert recorder.full == sorted(improved | {5, 10})
     first, _ = trainer.evaluate_fast()
     second, _ = trainer.evaluate_fast()
     assert first == second  # the same samples, the same model: the same numbers
+
+
+def test_default_fast_subset_is_ten_percent_of_the_real_validation_set(tmp_path):
+    """The digits data set's 359 held-out images (20 % of 1797): fast validation evaluates
+    36 of them, 10 % rounded, the same ones each time."""
+    from trainforge.config.loading import load
+    from trainforge.tasks import build_task
+
+    tiny = ["model.embedding_dim=16", "model.num_layers=1", "model.num_heads=2",
+            "model.mlp_size=16", "logging.progress_bar=false"]  # fmt: skip
+    cfg = load(REPO / "config" / "vit_digits.yaml", overrides=tiny, profile="cpu").config
+    assert cfg.evaluation.fast_eval_fraction == 0.1  # not set anywhere: the default
+    task = build_task(cfg)
+    total = len(task.val_loader.dataset)
+    assert total == 359
+    seen: list[int] = []
+    step = task.step
+
+    def counting_step(model, batch):
+        seen.append(task.batch_size(batch))
+        return step(model, batch)
+
+    task.step = counting_step
+    trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[])
+    trainer.evaluate_fast()
+    assert sum(seen) == len(trainer._fast_val_loader.dataset) == 36 == round(0.1 * total)
+    indices = trainer._fast_val_loader.dataset.indices
+    assert indices[0] == 0 and indices[-1] == total - 1  # spread over the whole set
+    assert len(set(indices)) == 36
+    seen.clear()
+    trainer.evaluate_fast()
+    assert sum(seen) == 36 and trainer._fast_val_loader.dataset.indices == indices
 
 
 def test_trackers_are_readable_by_their_own_readers_and_secrets_stay_out(tmp_path, cli):

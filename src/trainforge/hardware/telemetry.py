@@ -74,12 +74,14 @@ class NvmlSource:
 
     Each metric is read on its own: one the board does not support (memory on a DGX Spark
     GB10, power on some boards) is dropped and never asked again, the rest still come.
+    The first time a metric is dropped, `note` gets one line naming it and why (stderr by
+    default); never once per sample, and once per metric however many GPUs lack it.
     The constructor raises when NVML cannot start; `available_sources` makes that a note.
     """
 
     name = "nvml"
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, note: Callable[[str], None] | None = None) -> None:
         if nvml is None:
             import pynvml as nvml  # lazy: keeps `import trainforge.hardware` cheap
         nvml.nvmlInit()
@@ -92,6 +94,8 @@ class NvmlSource:
             self.close()
             raise
         self._unsupported: set[tuple[int, str]] = set()
+        self._noted: set[str] = set()
+        self._note = note or _log
 
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -104,9 +108,20 @@ class NvmlSource:
                 except Exception as error:
                     if self._is_permanent(error):
                         self._unsupported.add((index, metric))
+                        self._note_dropped(index, metric, error)
                     continue  # transient (e.g. GPU busy resetting): try again next sample
                 out.update({f"gpu{index}_{key}": float(value) for key, value in values.items()})
         return out
+
+    def _note_dropped(self, index: int, metric: str, error: Exception) -> None:
+        if metric in self._noted:
+            return
+        self._noted.add(metric)
+        with contextlib.suppress(Exception):  # a note must never stop the sampler
+            self._note(
+                f"telemetry: NVML {metric} reading not supported on GPU {index} "
+                f"({_reason(error)}); skipped"
+            )
 
     def _is_permanent(self, error: Exception) -> bool:
         nvml_error = getattr(self._nvml, "NVMLError", None)

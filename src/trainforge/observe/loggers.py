@@ -66,10 +66,10 @@ class TensorBoardLogger:
         self.writer.add_text("config", text, 0)
 
     def log_histograms(self, model: Any, step: int) -> None:
+        # Weights only: at `on_step_end` the optimizer step has already cleared the gradients
+        # (zero_grad(set_to_none=True)), so a gradient histogram would never be written.
         for name, param in model.named_parameters():
             self.writer.add_histogram(f"weights/{name}", param.detach().float().cpu(), step)
-            if param.grad is not None:
-                self.writer.add_histogram(f"grads/{name}", param.grad.detach().float().cpu(), step)
 
     def close(self) -> None:
         self.writer.close()
@@ -85,13 +85,13 @@ class MlflowLogger:
         # The local default is MLflow's own recommended store: SQLite in the run folder.
         uri = cfg.mlflow_tracking_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
         self.client = MlflowClient(tracking_uri=uri)
-        experiment = self.client.get_experiment_by_name(cfg.mlflow_experiment)
+        # Names are stored too: a token pasted into one is masked like any param.
+        name = scrub(cfg.mlflow_experiment)
+        experiment = self.client.get_experiment_by_name(name)
         experiment_id = (
-            experiment.experiment_id
-            if experiment
-            else self.client.create_experiment(cfg.mlflow_experiment)
+            experiment.experiment_id if experiment else self.client.create_experiment(name)
         )
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.run_id = self.client.create_run(experiment_id, run_name=scrub(run_name)).info.run_id
         self.tracking_uri = uri
         self._mlflow = mlflow
 
@@ -130,8 +130,8 @@ class WandbLogger:
             )
         (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
-            project=cfg.wandb_project,
-            name=run_name,
+            project=scrub(cfg.wandb_project),
+            name=scrub(run_name),
             dir=str(run_dir),
             mode=cfg.wandb_mode,
             reinit="create_new",

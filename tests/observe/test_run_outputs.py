@@ -1,0 +1,154 @@
+"""What a real run writes, through the same `engine.run.train` path as `trainforge train`:
+tokens/s of a text task against independently counted target tokens, MFU from the
+`hardware.peak_tflops` override, and the report written at the end of every run."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.tiny_lm import lm_overrides
+from trainforge.config import validate
+from trainforge.engine.run import train
+from trainforge.hardware import detect
+
+REPO = Path(__file__).resolve().parents[2]
+# A ViT small enough that a few steps on the bundled digits take well under a second.
+TINY_DIGITS = {
+    "model.embedding_dim": 16,
+    "model.num_layers": 1,
+    "model.num_heads": 2,
+    "model.mlp_size": 16,
+    "training.num_threads": 1,
+    "logging.progress_bar": "false",
+    "hardware.telemetry": "false",
+    "checkpoint.save_every_epochs": "null",
+}
+
+
+def records(run: Path, split: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["split"] == split]
+
+
+def train_digits(tmp_path: Path, name: str, **sets):
+    overrides = {**TINY_DIGITS, "output.dir": str(tmp_path), "output.run_name": name, **sets}
+    platform = detect()
+    resolved = validate(
+        REPO / "config" / "vit_digits.yaml",
+        platform=platform,
+        profile="cpu",
+        overrides=[f"{k}={v}" for k, v in overrides.items()],
+    )
+    return train(resolved, platform)
+
+
+def test_text_run_logs_tokens_per_s_of_the_target_tokens(
+    tmp_path, tiny_gpt2, lm_corpus, single_thread
+):
+    """One epoch of a causal LM in windows of 2 steps. Each window's tokens/s times its wall
+    time must equal the target tokens (labels that are not -100) of exactly the batches it
+    trained, counted here from a fresh loader with the same seed (same order).
+
+    Tolerance: tokens_per_s and step_time_s share the window's wall time, so the product
+    matches to float rounding (relative 1e-9). A tokens/s that counted prompt or padding
+    tokens, samples, or one micro-batch per step would be off by a factor, not a rounding.
+    """
+    from trainforge.tasks import build_task
+
+    sets = {
+        "output.dir": str(tmp_path),
+        "output.run_name": "lm",
+        "logging.jsonl": "true",
+        "logging.logging_steps": 2,
+        "training.per_device_train_batch_size": 4,
+        "training.gradient_accumulation_steps": 2,
+        "training.num_train_epochs": 1,
+        "evaluation.eval_every_epochs": "null",
+        "hardware.telemetry": "false",
+    }
+    overrides = lm_overrides(tiny_gpt2.resolve(), lm_corpus["json"], **sets)
+    platform = detect()
+    resolved = validate(None, platform=platform, profile="cpu", overrides=overrides)
+    batches = list(build_task(resolved.config).train_loader)
+    targets = [int((b["labels"][:, 1:] != -100).sum()) for b in batches]
+    # One optimizer step = 2 micro-batches; the epoch's last step may hold only one.
+    step_tokens = [sum(targets[i : i + 2]) for i in range(0, len(targets), 2)]
+
+    started = time.perf_counter()
+    summary = train(resolved, platform)
+    elapsed_s = time.perf_counter() - started
+
+    windows = records(tmp_path / "lm", "train")
+    assert summary.global_step == len(step_tokens) >= 4
+    assert len(windows) >= 2
+    previous, window_wall_s = 0, 0.0
+    for window in windows:
+        steps = window["step"] - previous
+        expected = sum(step_tokens[previous : window["step"]])
+        wall_s = window["step_time_s"] * steps
+        assert window["tokens_per_s"] == pytest.approx(expected / wall_s, rel=1e-9)
+        # Samples are not tokens: the two rates differ by the tokens per sample (> 1).
+        assert window["tokens_per_s"] > 2 * window["samples_per_s"]
+        previous, window_wall_s = window["step"], window_wall_s + wall_s
+    assert previous == summary.global_step  # every step belongs to one window
+    # Honest wall time: the windows cannot have taken longer than the whole call, and the
+    # loop's own clock (no evaluation in this run) is mostly window time.
+    assert window_wall_s <= elapsed_s
+    assert window_wall_s >= 0.5 * summary.train_time_s
+
+
+def test_peak_tflops_override_gives_mfu_in_the_log_and_the_summary(tmp_path):
+    """CPUs have no table entry, so MFU appears only with `hardware.peak_tflops`."""
+    train_digits(tmp_path, "no-peak", **{"training.max_steps": 4, "logging.logging_steps": 2})
+    plain = records(tmp_path / "no-peak", "train")
+    assert plain and all("mfu" not in r and r["model_tflops"] > 0 for r in plain)
+    assert json.loads((tmp_path / "no-peak" / "summary.json").read_text())["mfu"] is None
+
+    peak = 1.0  # TFLOPS
+    train_digits(
+        tmp_path,
+        "peak",
+        **{"training.max_steps": 4, "logging.logging_steps": 2, "hardware.peak_tflops": peak},
+    )
+    windows = records(tmp_path / "peak", "train")
+    assert [r["step"] for r in windows] == [2, 4]
+    for window in windows:
+        assert window["mfu"] == pytest.approx(window["model_tflops"] / peak, rel=1e-9)
+        assert window["mfu"] > 0
+    summary = json.loads((tmp_path / "peak" / "summary.json").read_text())
+    assert summary["mfu"] == windows[-1]["mfu"]
+
+
+@pytest.mark.parametrize(
+    ("name", "sets", "stop"),
+    [
+        ("finished", {"training.max_steps": 3}, "finished"),
+        # 0.36 ms: the time limit (checked at epoch start too) stops the run at once.
+        pytest.param(
+            "time-limit",
+            {"training.max_steps": 50, "training.max_training_hours": 1e-7},
+            "time limit",
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_report_is_written_at_the_end_of_every_run(tmp_path, name, sets, stop, capsys):
+    summary = train_digits(tmp_path, name, **{"logging.logging_steps": 1, **sets})
+    run = tmp_path / name
+    assert stop in summary.stop_reason
+    report = run / "report.html"
+    assert report.is_file()  # no `trainforge report` was called
+    assert f"report: {report}" in capsys.readouterr().out
+    assert report.stat().st_mtime >= (run / "summary.json").stat().st_mtime
+    plots = {p.name for p in (run / "report").glob("*.png")}
+    assert "confusion.png" in plots  # the final validation's confusion matrix
+    if summary.global_step:  # curves only where training steps were logged
+        assert {"loss.png", "lr.png"} <= plots
+    # The report describes this run: its summary carries the run's own training time.
+    match = re.search(r'id="summary-train_time_s" data-value="([^"]+)"', report.read_text())
+    assert match and float(match.group(1)) == summary.train_time_s
