@@ -1,10 +1,13 @@
 """Two processes on CPU with Gloo, launched by torchrun, against one process.
 
 Run by `make test-dist` (marker `dist`): each case starts real `trainforge train` processes.
+Every run is forced onto the CPU (`training.device=cpu`): on a machine with one GPU, rank 1
+would otherwise ask for cuda:1.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -26,11 +29,15 @@ TINY = [
     "schedule.lr_scheduler_type=constant", "schedule.warmup_steps=0",
     "logging.progress_bar=false", "logging.tensorboard=false", "hardware.telemetry=false",
     "checkpoint.save_every_epochs=null", "checkpoint.save_best=false",
-    "evaluation.eval_every_epochs=null", "training.num_threads=1",
+    "evaluation.eval_every_epochs=null", "training.num_threads=1", "training.device=cpu",
 ]  # fmt: skip
+# A torchrun worker that runs `trainforge train` and counts DDP's gradient reductions.
+COUNTING_WORKER = Path(__file__).with_name("count_reductions.py")
 
 
-def command(tmp_path: Path, name: str, procs: int, batch: int, steps: int, *extra: str):
+def command(
+    tmp_path: Path, name: str, procs: int, batch: int, steps: int, *extra: str, worker=None
+):
     sets = [
         *TINY,
         f"output.dir={tmp_path}",
@@ -39,20 +46,49 @@ def command(tmp_path: Path, name: str, procs: int, batch: int, steps: int, *extr
         f"training.max_steps={steps}",
     ]
     args = [a for s in sets for a in ("--set", s)]
-    train = ["-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"), *args, *extra]
+    entry = [str(worker)] if worker else ["-m", "trainforge"]
+    train = [*entry, "train", str(REPO / "config/vit_digits.yaml"), *args, *extra]
     if procs == 1:
         return [sys.executable, *train]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={procs}", *train]  # fmt: skip
 
 
-def run(cmd, timeout=300):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+def run(cmd, timeout=300, **env_extra: str):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env_extra)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def final_weights(tmp_path: Path, name: str) -> dict[str, torch.Tensor]:
     return load_file(str(tmp_path / name / "model.safetensors"))
+
+
+def records(tmp_path: Path, name: str, split: str) -> list[dict]:
+    lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["split"] == split]
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], steps: int):
+    """One process vs several with the same global batch, AdamW at lr 2e-3.
+
+    Stated tolerance: same samples in every step, only the order of floating-point sums
+    differs (~1e-8), so every parameter agrees within 1e-4 and the median within 1e-7.
+    The attention key bias is the exception: its true gradient is zero (softmax ignores a
+    per-query constant), so what it gets is rounding noise, which AdamW turns into steps
+    of up to lr each: it is held to lr x steps instead.
+    """
+    assert a.keys() == b.keys()
+    diffs = []
+    for key in a:
+        x, y = a[key], b[key]
+        if key.endswith("attn.qkv.bias"):
+            dim = x.numel() // 3
+            key_bias = slice(dim, 2 * dim)
+            assert (x[key_bias] - y[key_bias]).abs().max() <= 2e-3 * steps, key
+            x, y = torch.cat([x[:dim], x[2 * dim :]]), torch.cat([y[:dim], y[2 * dim :]])
+        assert torch.allclose(x, y, rtol=0, atol=1e-4), key
+        diffs.append((x - y).abs().flatten())
+    assert torch.cat(diffs).median() < 1e-7
 
 
 def test_shards_are_a_partition_of_the_single_process_batches():
@@ -75,23 +111,84 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert "64 x 1 accumulation x 2 processes = 128" in two.stdout
     assert two.stdout.count("run folder:") == 1  # rank 0 alone prints
     assert two.stdout.count("done: ") == 1, two.stdout
-    a, b = final_weights(tmp_path, "one"), final_weights(tmp_path, "two")
-    # Stated tolerance: same samples in every step, only the order of floating-point sums
-    # differs (~1e-8), so every parameter agrees within 1e-4 and the median within 1e-7.
-    # The attention key bias is the exception: its true gradient is zero (softmax ignores a
-    # per-query constant), so what it gets is rounding noise, which AdamW turns into steps
-    # of up to lr each: it is held to lr x steps = 2e-3 x 8 instead.
-    diffs = []
-    for key in a:
-        x, y = a[key], b[key]
-        if key.endswith("attn.qkv.bias"):
-            dim = x.numel() // 3
-            key_bias = slice(dim, 2 * dim)
-            assert (x[key_bias] - y[key_bias]).abs().max() <= 2e-3 * 8, key
-            x, y = torch.cat([x[:dim], x[2 * dim :]]), torch.cat([y[:dim], y[2 * dim :]])
-        assert torch.allclose(x, y, rtol=0, atol=1e-4), key
-        diffs.append((x - y).abs().flatten())
-    assert torch.cat(diffs).median() < 1e-7
+    assert_same_weights(final_weights(tmp_path, "one"), final_weights(tmp_path, "two"), 8)
+
+
+@pytest.mark.dist
+def test_accumulation_reduces_gradients_once_per_optimizer_step(tmp_path):
+    """2 processes x 32 x 2 accumulation vs 1 process x 128: the same weights, and DDP
+    all-reduces gradients only on the micro-batch that closes each window (no_sync)."""
+    steps = 6
+    one = run(command(tmp_path, "one", 1, 128, steps))
+    assert one.returncode == 0, one.stderr[-3000:]
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    accumulate = ("--set", "training.gradient_accumulation_steps=2")
+    cmd = command(tmp_path, "acc", 2, 32, steps, *accumulate, worker=COUNTING_WORKER)
+    two = run(cmd, COUNT_DIR=str(counts))
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "32 x 2 accumulation x 2 processes = 128" in two.stdout
+    assert_same_weights(final_weights(tmp_path, "one"), final_weights(tmp_path, "acc"), steps)
+    for rank in (0, 1):
+        seen = json.loads((counts / f"rank-{rank}.json").read_text())
+        assert seen["optimizer_steps"] == steps, seen
+        assert seen["micro_batches"] == 2 * steps, seen
+        # Micro-batches are numbered from 1; windows close on 2, 4, ...: one reduction round
+        # (every gradient bucket) per optimizer step, none on the first half of a window.
+        rounds = sorted(set(seen["reduced_in"]))
+        assert rounds == list(range(2, 2 * steps + 1, 2)), seen
+        assert len(seen["reduced_in"]) % steps == 0, seen  # the same buckets every round
+
+
+@pytest.mark.dist
+def test_logged_metrics_are_means_over_every_sample_of_every_rank(tmp_path):
+    """The train loss logged by 2 processes x 64 equals 1 process x 128 step by step, and the
+    logged validation loss and accuracy equal one process evaluating the same final weights
+    over the whole validation set. 539 validation images (val_fraction 0.3): the ranks hold
+    270 and 269, so a mean of per-rank means, or one rank's own figure, would differ."""
+    steps = 4
+    sets = ["data.val_fraction=0.3", f"evaluation.eval_steps={steps}", "logging.logging_steps=1"]
+    extra = [word for s in sets for word in ("--set", s)]
+    one = run(command(tmp_path, "one", 1, 128, steps, *extra))
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(command(tmp_path, "two", 2, 64, steps, *extra))
+    assert two.returncode == 0, two.stderr[-3000:]
+    train_one, train_two = records(tmp_path, "one", "train"), records(tmp_path, "two", "train")
+    assert [r["step"] for r in train_two] == [r["step"] for r in train_one] == [1, 2, 3, 4]
+    # Stated tolerance: step 1 sees identical weights and samples, so only summation order
+    # differs (float32 sums: 1e-6 relative); later steps also carry the ~1e-7 weight
+    # differences of the parameter test above, well inside 1e-4 relative. One rank's own
+    # batch of 64 differs from the global mean by ~1e-2.
+    assert train_two[0]["loss"] == pytest.approx(train_one[0]["loss"], rel=1e-6)
+    for a, b in zip(train_one, train_two, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4)
+        assert b["accuracy"] == pytest.approx(a["accuracy"], abs=1 / 128 + 1e-9)
+    logged = records(tmp_path, "two", "val")[-1]
+    expected = evaluate_in_one_process(final_weights(tmp_path, "two"), [*TINY, *sets])
+    assert expected["count"] == 539
+    # The same weights and samples: accuracy exactly (the same predictions), loss within
+    # float32 summation order; a mean of the two rank means is off by ~4e-6 (both).
+    assert logged["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-9)
+    assert logged["loss"] == pytest.approx(expected["loss"], rel=1e-6)
+
+
+def evaluate_in_one_process(weights: dict[str, torch.Tensor], sets: list[str]) -> dict:
+    """Validation loss and accuracy of `weights` over the whole validation set, here."""
+    from trainforge.config import validate
+    from trainforge.tasks import build_task
+
+    config = validate(REPO / "config/vit_digits.yaml", overrides=sets).config
+    task = build_task(config, torch.device("cpu"))
+    task.model.load_state_dict(weights)
+    task.model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for raw in task.val_loader:
+            out = task.step(task.model, task.to_device(raw, torch.device("cpu"), False))
+            loss_sum += float(out.loss) * out.weight
+            correct += int(out.sums["correct"])
+            count += out.weight
+    return {"loss": loss_sum / count, "accuracy": correct / count, "count": count}
 
 
 @pytest.mark.dist

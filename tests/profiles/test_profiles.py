@@ -59,6 +59,10 @@ def test_profile_numbers_follow_the_seeds():
     hpc = load_profile("hpc-a100").settings
     assert hpc["training"]["per_device_train_batch_size"] == 128
     assert hpc["hardware"]["distributed_backend"] == "nccl"
+    assert hpc["training"]["precision"] == "fp16"  # seeds/001: mixed precision (FP16)
+    assert hpc["logging"]["mlflow"] is True and hpc["logging"]["wandb"] is True
+    assert hpc["hardware"]["data_parallel"] == "ddp"
+    assert hpc["hardware"]["launcher"] == "slurm"
     assert load_profile("dgx-spark").settings["training"]["precision"] == "bf16"
     ws = load_profile("workstation-24gb").settings["training"]
     assert 32 <= ws["per_device_train_batch_size"] <= 64

@@ -139,8 +139,10 @@ def build_job(
             "drop --procs-per-node (it is for CPU jobs, --gpus-per-node 0)",
         )
     nproc = gpus_per_node or procs_per_node or 1
-    # CPU processes talk over Gloo; the user's own --set values come later and win.
-    sets = ([] if gpus_per_node else ["hardware.distributed_backend=gloo"]) + list(overrides or [])
+    # CPU processes talk over Gloo and stay on the CPU even on a node with a GPU (rank 1
+    # would otherwise ask for cuda:1); the user's own --set values come later and win.
+    cpu_sets = ["hardware.distributed_backend=gloo", "training.device=cpu"]
+    sets = ([] if gpus_per_node else cpu_sets) + list(overrides or [])
     train_args = (["--profile", profile] if profile else []) + [
         word for item in sets for word in ("--set", item)
     ]

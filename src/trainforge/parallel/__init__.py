@@ -3,20 +3,29 @@ loop needs. A single-process run never initialises anything here and takes no
 distributed code path (`context().enabled` is False).
 
 The environment decides: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-MASTER_PORT; `srun` without torchrun sets SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID,
-which are mapped onto the same names (MASTER_ADDR/PORT must then come from the job script).
+MASTER_PORT; `srun` without torchrun sets SLURM_PROCID / SLURM_STEP_NUM_TASKS (and
+SLURM_NTASKS) / SLURM_LOCALID, which are mapped onto the same names. The rendezvous address is
+then MASTER_ADDR when the job script exported it, else the first node of the step's (or
+job's) node list, on the port the rendered job script uses (20000 + job id % 12000).
 One process per GPU; NCCL on CUDA, Gloo on CPU. Control decisions (stop on a signal, the
 time limit, a skipped non-finite step) are agreed over a Gloo group so they never force a
 GPU synchronisation.
+
+The first host of a Slurm node list is parsed here by hand: `scontrol show hostnames` needs
+the Slurm binaries on the compute node's PATH and a process per call, and the
+python-hostlist package expands whole lists to take one name.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from trainforge.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -47,13 +56,68 @@ def env_ranks(env: Mapping[str, str]) -> tuple[int, int, int] | None:
     """(rank, world size, local rank) from torchrun's or Slurm's variables, or None."""
     if "WORLD_SIZE" in env and "RANK" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1 and "MASTER_ADDR" in env:
-        return (
-            int(env["SLURM_PROCID"]),
-            int(env["SLURM_NTASKS"]),
-            int(env.get("SLURM_LOCALID", "0")),
-        )
+    # Only a task of an srun step is one of several ranks: srun sets SLURM_STEP_NUM_TASKS
+    # (and SLURM_NTASKS to the same count), while the batch script itself also sees
+    # SLURM_PROCID=0 and the job's SLURM_NTASKS but no step variables, and must stay one
+    # process rather than wait for peers that never start.
+    if "SLURM_PROCID" in env and env.get("SLURM_STEP_NUM_TASKS"):
+        world = int(env["SLURM_STEP_NUM_TASKS"])  # `srun -E` keeps the job's SLURM_NTASKS
+        if world > 1:
+            return int(env["SLURM_PROCID"]), world, int(env.get("SLURM_LOCALID", "0"))
     return None
+
+
+def first_host(nodelist: str) -> str:
+    """The first node of a Slurm host list: `gpu[03-04,07],cpu1` -> `gpu03`."""
+    depth = 0
+    for index, char in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            nodelist = nodelist[:index]
+            break
+    return re.sub(r"\[([^\]]*)\]", lambda m: re.split("[,-]", m.group(1))[0], nodelist.strip())
+
+
+def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
+    """MASTER_ADDR and MASTER_PORT for the process group: the environment's own, else (under
+    Slurm) the first node of the node list and the port derived from the job id."""
+    from trainforge.launch.slurm import PORT_BASE, PORT_SPAN
+
+    out = {key: env[key] for key in ("MASTER_ADDR", "MASTER_PORT") if env.get(key)}
+    if "MASTER_ADDR" not in out:
+        nodes = next(
+            (env[k] for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+             if env.get(k)),
+            None,
+        )  # fmt: skip
+        if nodes is None:
+            raise UserError(
+                "no rendezvous address: MASTER_ADDR is not set and there is no Slurm node list",
+                "launch with torchrun, or export MASTER_ADDR and MASTER_PORT before srun",
+            )
+        out["MASTER_ADDR"] = first_host(nodes)
+    if "MASTER_PORT" not in out:
+        job_id = env.get("SLURM_JOB_ID", "")
+        if not job_id.isdigit():
+            raise UserError(
+                "no rendezvous port: MASTER_PORT is not set and SLURM_JOB_ID is missing",
+                "export MASTER_PORT before srun, or launch with torchrun",
+            )
+        out["MASTER_PORT"] = str(PORT_BASE + int(job_id) % PORT_SPAN)
+    return out
+
+
+def choose_backend(option: str, device_type: str) -> str:
+    """`auto` is NCCL on CUDA and Gloo otherwise; NCCL is refused off CUDA (it has no CPU
+    tensors), in one line rather than a failure at the first all-reduce."""
+    if option == "auto":
+        return "nccl" if device_type == "cuda" else "gloo"
+    if option == "nccl" and device_type != "cuda":
+        raise UserError(
+            f"hardware.distributed_backend is nccl but the device is {device_type}",
+            "set hardware.distributed_backend=gloo (or auto) for CPU processes",
+        )
+    return option
 
 
 def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> DistContext:
@@ -67,16 +131,19 @@ def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> Di
     import torch.distributed as dist
 
     rank, world, local = ranks
-    os.environ.setdefault("RANK", str(rank))
-    os.environ.setdefault("WORLD_SIZE", str(world))
-    os.environ.setdefault("LOCAL_RANK", str(local))
-    backend = (
-        backend_option
-        if backend_option != "auto"
-        else ("nccl" if device_type == "cuda" else "gloo")
-    )
+    backend = choose_backend(backend_option, device_type)
     if device_type == "cuda":
+        visible = torch.cuda.device_count()
+        if local >= visible:
+            raise UserError(
+                f"local rank {local} needs CUDA device cuda:{local}, but this node shows {visible}",
+                "start one process per GPU (torchrun --nproc-per-node), or train these "
+                "processes on CPU with --set training.device=cpu",
+            )
         torch.cuda.set_device(local)
+    for key, value in {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": local}.items():
+        os.environ.setdefault(key, str(value))
+    os.environ.update(rendezvous_env(os.environ))
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
