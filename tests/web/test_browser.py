@@ -2,7 +2,9 @@
 which `make test-browser` installs): open the app on a recorded Jetson (fixture root), click
 Train Model, check the autofill, see a field error, start a tiny causal-lm run with the real
 `trainforge train`, watch the chart update, stop it, resume it, and see the new model appear
-in the Models list without a reload. Screenshots go to build/test-artifacts/browser/.
+in the Models list without a reload. The run page's learning rate, samples/s, data-wait
+share and telemetry must show the values of the run's own metrics.jsonl. Screenshots go to
+build/test-artifacts/browser/ and are checked to be PNG files written by this test.
 
 This machine has no GPU, so the run uses the cpu profile: the dialog's profile is switched
 from the detected jetson-orin (fp16) to cpu, as a user on a CPU would.
@@ -10,6 +12,8 @@ from the detected jetson-orin (fp16) to cpu, as a user on a CPU would.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import socket
@@ -25,6 +29,11 @@ from fakes.web import JETSON, REPO
 pytestmark = pytest.mark.browser
 ARTIFACTS = Path(os.environ.get("TRAINFORGE_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "chromium")
+SCREENSHOTS = (
+    "1-dialog-jetson-autofill.png", "2-dialog-field-error.png", "3-run-live-chart.png",
+    "4-run-stopped.png", "5-run-completed.png", "6-models-refreshed.png",
+)  # fmt: skip
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def chromium() -> str:
@@ -76,11 +85,61 @@ def server(jetson_project: Path):
     process.wait(timeout=30)
 
 
+def last_records(run_dir: Path) -> tuple[int, dict, dict | None]:
+    """A finished attempt's last step, last train record and last telemetry record (or None)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r.get("split") == "train"]
+    telemetry = [r for r in records if r.get("split") == "telemetry"]
+    last_step = [r["step"] for r in records if r.get("step") is not None][-1]
+    return last_step, train[-1], (telemetry[-1] if telemetry else None)
+
+
+def shown_number(text: str) -> float:
+    return float(text.replace("%", "").strip())
+
+
+def assert_shown(page, expect, run_dir: Path) -> None:
+    """The run page's numbers are those of the run's last records, to the digits run.js
+    shows (3 significant for lr, 4 for samples/s, 0.1 % for the data-wait share)."""
+    last_step, record, telemetry = last_records(run_dir)
+
+    def close(text: str, value: float, digits: int) -> bool:
+        unit = 10 ** (math.floor(math.log10(abs(value))) - digits + 1) if value else 1e-12
+        return abs(shown_number(text) - value) <= unit / 2 * 1.000001
+
+    expect(page.locator("#s-step")).to_have_text(str(last_step))  # the stream has caught up
+    lr, samples = page.locator("#s-lr").inner_text(), page.locator("#s-samples").inner_text()
+    wait = page.locator("#s-wait").inner_text()
+    assert close(lr, record["lr"], 3), (lr, record)
+    assert close(samples, record["samples_per_s"], 4), (samples, record)
+    assert wait.endswith(" %") and abs(shown_number(wait) - record["data_wait_share"] * 100) <= 0.05
+    assert telemetry is not None, "the run wrote no telemetry records (cpu profile: on)"
+    # ram_total_mib does not change while the run trains; run.js shows 2 decimals at most.
+    row = page.locator("#telemetry tr", has=page.locator("th", has_text="ram_total_mib"))
+    expect(row.locator("td")).to_have_text(
+        f"{telemetry['ram_total_mib']:.2f}".rstrip("0").rstrip(".")
+    )
+
+
+def assert_screenshots(shots: Path, started: float) -> None:
+    for name in SCREENSHOTS:
+        path = shots / name
+        assert path.is_file(), f"no screenshot {path}"
+        data = path.read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_SIGNATURE), path
+        assert path.stat().st_mtime >= started, f"{path} is left over from an earlier run"
+
+
 def test_jetson_flow_in_a_real_browser(server, jetson_project):
     from playwright.sync_api import expect, sync_playwright
 
+    from trainforge.profiles import load_profile
+
     shots = ARTIFACTS / "browser"
     shots.mkdir(parents=True, exist_ok=True)
+    started = time.time() - 1.0  # file times may be rounded down
+    run_dir = jetson_project / "runs" / "jetson-tuned"
+    config_notes = json.loads((jetson_project / "config/jetson_training.json").read_text())["notes"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), headless=True)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -96,8 +155,12 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         expect(page.locator("#f-batch_size")).to_have_value("1")
         expect(page.locator("#f-learning_rate")).to_have_value("0.00025")
         expect(page.locator("#f-profile")).to_have_value("jetson-orin")
-        expect(page.locator("#profile-notes")).to_contain_text("docs/jetson_training.md")
-        expect(page.locator("#profile-notes")).to_contain_text("gradient checkpointing")
+        # The profile's notes, the run config's notes and the guide's path, as the files say.
+        notes = page.locator("#profile-notes")
+        expect(notes.locator(".profile-note")).to_have_text(load_profile("jetson-orin").notes)
+        expect(notes.locator(".config-note")).to_have_text(config_notes)
+        expect(notes.locator(".guide code")).to_have_text("docs/jetson_training.md")
+        expect(notes).to_contain_text("gradient checkpointing")
         expect(page.locator("#detected")).to_contain_text("Jetson")
         page.screenshot(path=str(shots / "1-dialog-jetson-autofill.png"))
 
@@ -115,7 +178,7 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         page.locator("#f-output_name").fill("jetson-tuned")
         page.locator("#f-overrides").fill(
             "training.max_steps=120\nlogging.logging_steps=4\ntraining.num_threads=1\n"
-            "evaluation.eval_steps=60"
+            "evaluation.eval_steps=60\nhardware.telemetry_interval_s=0.5"
         )
         page.get_by_role("button", name="Start Training").click()
         page.wait_for_url(f"{server}/runs/jetson-tuned")
@@ -130,12 +193,15 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         page.wait_for_function(
             f"() => Number(document.getElementById('chart-loss').dataset.points) > {first}"
         )
+        for stat in ("#s-lr", "#s-samples", "#s-wait"):  # filled from the streamed records
+            expect(page.locator(stat)).not_to_have_text("")
         page.screenshot(path=str(shots / "3-run-live-chart.png"))
 
         page.get_by_role("button", name="Stop").click()
         expect(page.locator("#run-status")).to_have_text("stopped", timeout=60_000)
         expect(page.locator("#run-message")).to_contain_text("checkpoint_interrupted saved")
         assert (jetson_project / "runs/jetson-tuned/checkpoints/checkpoint_interrupted").is_dir()
+        assert_shown(page, expect, run_dir)
         stopped_points = int(chart.get_attribute("data-points"))
         page.screenshot(path=str(shots / "4-run-stopped.png"))
 
@@ -148,6 +214,7 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         expect(page.locator("#run-status")).to_have_text("running")
         expect(page.locator("#run-status")).to_have_text("completed", timeout=240_000)
         assert int(chart.get_attribute("data-points")) > stopped_points
+        assert_shown(page, expect, run_dir)
         page.screenshot(path=str(shots / "5-run-completed.png"))
 
         # The Models page, open all along, lists the new model once the run completes.
@@ -157,3 +224,4 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         expect(row).to_contain_text("models/tiny")
         models.screenshot(path=str(shots / "6-models-refreshed.png"))
         browser.close()
+    assert_screenshots(shots, started)

@@ -1,4 +1,8 @@
-"""The load benchmark (benchmarks/web_load.py) measures what it reports, at a small size."""
+"""The load benchmark (benchmarks/web_load.py) at its real load, 50 concurrent clients polling
+a run's status while it trains, on a short run: it reports p99 latency and the training
+slowdown under the keys benchmarks/run.py reads, and the status endpoint meets the issue's
+p99 < 200 ms target. The slowdown is only checked for being measured: on a short run on a
+shared machine it is noise, and the benchmark's own rounds judge it."""
 
 from __future__ import annotations
 
@@ -14,11 +18,16 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 pytestmark = pytest.mark.slow
 
 
-def test_load_benchmark_reports_latency_and_slowdown():
+def test_load_benchmark_with_50_clients_reports_p99_and_slowdown():
     import web_load
 
-    text, ratios = web_load.run(clients=10, interval_s=0.5, steps=300, repeats=1)
-    assert "training + 10 clients" in text and "web_poll_p99_ms" in text
+    text, ratios = web_load.run(clients=50, interval_s=0.5, steps=400, repeats=1)
+    print(text)  # the measured numbers, in the log of `make test-slow -s`
+    assert "training + 50 clients" in text
+    assert f"web_poll_p99_ms = {ratios['web_poll_p99_ms']:.1f}" in text
+    assert f"web_poll_slowdown = {ratios['web_poll_slowdown']:+.3f}" in text
     assert ratios["errors"] == 0
-    assert 0 < ratios["web_poll_p99_ms"] < 5000
+    assert ratios["requests"] >= 100, ratios  # enough polls for a p99 that means something
     assert math.isfinite(ratios["web_poll_slowdown"]) and ratios["web_poll_slowdown"] > -0.5
+    assert 0 < ratios["web_poll_p50_ms"] <= ratios["web_poll_p99_ms"]
+    assert ratios["web_poll_p99_ms"] < web_load.P99_TARGET_MS, text

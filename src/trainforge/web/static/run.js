@@ -16,11 +16,14 @@
   let offset = 0;
   let source = null;
   let logTimer = null;
+  // The newest value of every telemetry reading: a batch of records without a telemetry
+  // record (most of them) must not blank the readings an earlier one showed.
+  const readings = {};
 
   const fmt = (value, digits) => (value == null ? "" : Number(value.toPrecision(digits)).toString());
 
   function addRecords(records) {
-    const telemetry = {};
+    let sawReadings = false;
     for (const r of records) {
       const split = r.split || "train";
       if (split === "train" || split === "val") {
@@ -40,11 +43,12 @@
       if (r.step != null) $("s-step").textContent = r.step;
       for (const [key, value] of Object.entries(r)) {
         if (!KNOWN.has(key) && typeof value === "number" && (split === "telemetry" || split === "train")) {
-          telemetry[key] = value;
+          readings[key] = value;
+          sawReadings = true;
         }
       }
     }
-    if (Object.keys(telemetry).length) TF.renderReadings($("telemetry"), telemetry);
+    if (sawReadings) TF.renderReadings($("telemetry"), readings);
     Object.values(charts).forEach((c) => c.draw());
     updateProgress();
   }
