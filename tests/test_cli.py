@@ -214,3 +214,79 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert f"step {meta['global_step']})" in resumed.stdout
+
+
+DIGITS_TINY = [
+    str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
+    "--set", "model.embedding_dim=16", "--set", "model.num_layers=1",
+    "--set", "model.num_heads=2", "--set", "model.mlp_size=16",
+    "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
+    "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
+    "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_resume_from_an_explicit_path_in_every_spelling(tmp_path, monkeypatch, capsys):
+    """`--resume PATH` / `--resume_from PATH`: a run folder (its newest good checkpoint), a
+    checkpoint folder, the ViT guide's `NAME.pth`."""
+
+    def train(max_steps: int, *resume: str) -> tuple[int, str, str]:
+        args = ["--set", f"output.dir={tmp_path}", "--set", f"training.max_steps={max_steps}"]
+        return run_in_process(monkeypatch, capsys, "train", *DIGITS_TINY, *args, *resume)
+
+    run_dir = tmp_path / "vit_digits"
+    root = run_dir / "checkpoints"
+    code, _out, err = train(4)
+    assert code == 0, err
+    code, out, err = train(6, "--resume", str(run_dir))  # run folder: newest good one
+    assert code == 0, err
+    assert f"resumed from {root / 'checkpoint-4'} (epoch 0, step 4)" in out
+    assert json.loads((run_dir / "summary.json").read_text())["global_step"] == 6
+    # Resuming at the end step trains nothing more: these only show which checkpoint loads.
+    code, out, err = train(2, "--resume_from", str(root / "checkpoint-2"))  # checkpoint folder
+    assert code == 0, err
+    assert f"resumed from {root / 'checkpoint-2'} (epoch 0, step 2)" in out
+    code, out, err = train(4, "--resume", str(root / "checkpoint-4.pth"))  # the guide's spelling
+    assert code == 0, err
+    assert f"resumed from {root / 'checkpoint-4'} (epoch 0, step 4)" in out
+    # The run folder's newest checkpoint is damaged: reported once, the one before it used.
+    (root / "checkpoint-6" / "manifest.json").unlink()
+    code, out, err = train(4, "--resume", str(run_dir))
+    assert code == 0, err
+    assert f"resumed from {root / 'checkpoint-4'} (epoch 0, step 4)" in out
+    assert out.count("skipping checkpoint") == 1
+
+
+def test_resume_from_a_damaged_or_missing_path_is_one_line(tmp_path, monkeypatch, capsys):
+    """An explicit checkpoint that is damaged or missing is refused before anything is
+    built or written: exit 2, one line naming the path and the reason, no fallback."""
+    import torch
+
+    from trainforge.engine import checkpoint as ckpt
+
+    root = tmp_path / "vit_digits" / "checkpoints"
+    for step in (2, 4):
+        ckpt.save_checkpoint(
+            root / f"checkpoint-{step}",
+            model_state={"w": torch.zeros(2)},
+            state={},
+            meta={"global_step": step, "epoch": 0, "timestamp": f"t{step}"},
+            config_yaml="a: 1\n",
+        )
+    (root / "checkpoint-4" / "manifest.json").unlink()
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*"))
+    for flag, path, reason in [
+        ("--resume_from", root / "checkpoint-4", "no manifest (incomplete write)"),
+        ("--resume", root / "checkpoint-4.pth", "no manifest (incomplete write)"),
+        ("--resume", tmp_path / "nowhere", "not found"),
+    ]:
+        args = ["--set", f"output.dir={tmp_path}", flag, str(path)]
+        code, out, err = run_in_process(monkeypatch, capsys, "train", *DIGITS_TINY, *args)
+        assert code == 2, (out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and reason in lines[0], lines
+        assert "Traceback" not in err and "resumed from" not in out
+    # No fallback to the good checkpoint-2, nothing written next to them.
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+    assert sorted(p.name for p in (tmp_path / "vit_digits").iterdir()) == ["checkpoints"]

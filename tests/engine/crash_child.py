@@ -1,7 +1,8 @@
 """A training process for the kill -9 campaign (run by test_kill_campaign.py, not by pytest).
 
 Usage: python crash_child.py RUN_DIR MODE(sync|async) TOTAL_STEPS SAVE_STEPS
-Prints `resumed N` or `fresh`, then `step N` after every optimizer step, then `digest HEX`.
+Prints `resumed N` or `fresh`, then `step N` after every optimizer step and `save N` when a
+checkpoint is handed to the writer, then `digest HEX`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ class Printer(Callback):
         # One write per line: print() writes the text and the newline separately, and a
         # background save's report could land between them.
         sys.stdout.write(f"step {trainer.state.global_step}\n")
+        sys.stdout.flush()
+
+    def on_save(self, trainer, path):
+        # Printed when a checkpoint is handed to the writer (before the step's own line):
+        # in async mode its write is in flight from here until the next save waits for it.
+        sys.stdout.write(f"save {trainer.state.global_step}\n")
         sys.stdout.flush()
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
+from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, TimeLimit
 from trainforge.engine.precision import Precision, resolve_precision
 from trainforge.engine.trainer import Trainer
@@ -56,3 +59,41 @@ def test_precision_resolution_and_bf16_on_cpu(tmp_path, points_task, points_conf
     assert out.dtype == torch.bfloat16
     trainer.fit()
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_best_model_by_a_smaller_is_better_metric_tracks_the_minimum(
+    tmp_path, points_task, points_config
+):
+    cfg = points_config(
+        **{
+            "training.max_steps": 5,
+            "training.per_device_train_batch_size": 8,
+            "evaluation.metric_for_best_model": "loss",
+            "evaluation.greater_is_better": "false",
+            "checkpoint.save_total_limit": 10,
+        }
+    )
+    # Validation losses that go down, up and down again: only the minimum is the best.
+    losses = iter([0.5, 0.3, 0.4, 0.2, 0.6])
+    saved = []
+
+    class Spy(CheckpointCadence):
+        def on_eval_end(self, trainer, metrics):
+            super().on_eval_end(trainer, metrics)
+            if trainer.state.improved:
+                saved.append(trainer.state.global_step)
+
+    trainer = make_trainer(
+        tmp_path,
+        points_task(n=64, batch_size=8),
+        cfg,
+        [EvalCadence(every_steps=1, every_epochs=None), Spy(None, None, save_best=True)],
+    )
+    trainer._run_eval = lambda loader: {"loss": next(losses), "accuracy": 0.5}
+    trainer.fit()
+    assert trainer.state.best_metric == 0.2 and trainer.state.best_step == 4
+    assert saved == [1, 2, 4]  # improvements only: 0.5, 0.3, 0.2
+    meta = ckpt.read_meta(tmp_path / "checkpoints" / "best_model")
+    assert meta["global_step"] == 4 and meta["best_val"] == 0.2 and meta["best_metric"] == "loss"
+    beside = json.loads((tmp_path / "checkpoints" / "checkpoint_meta.json").read_text())
+    assert beside["best_val"] == 0.2 and beside["best_step"] == 4

@@ -166,3 +166,75 @@ def test_mid_window_checkpoint_records_its_position(setup):
         assert key in meta["versions"]
     beside = ckpt.read_run_meta(first.path.parent)
     assert beside["latest"] == "checkpoint_cut" and beside["config_hash"] == meta["config_hash"]
+
+
+def test_grad_scaler_state_round_trips_exactly(tmp_path, points_task, points_config):
+    """A loss scaler's scale and growth tracker come back exactly, and a resumed run's scaler
+    goes on as the uninterrupted one's (CPU GradScaler, the same class CUDA fp16 uses)."""
+    cfg = points_config(**{"training.max_steps": 5, "training.per_device_train_batch_size": 8})
+
+    def trainer(run: str, init_scale: float, growth_interval: int) -> Trainer:
+        made = Trainer(
+            points_task(n=64, batch_size=8),
+            cfg,
+            run_dir=tmp_path / run,
+            device=torch.device("cpu"),
+            callbacks=[],
+        )
+        made.precision.scaler = torch.amp.GradScaler(
+            "cpu", init_scale=init_scale, growth_interval=growth_interval
+        )
+        return made
+
+    whole = trainer("whole", 1024.0, 2)
+    whole.fit()
+    cut = trainer("cut", 1024.0, 2)
+    cut.total_steps = 3
+    cut.fit()
+    saved = cut.precision.scaler.state_dict()
+    # Two steps grow the scale once (growth interval 2); the third leaves the tracker at 1.
+    assert saved["scale"] == 2048.0 and saved["_growth_tracker"] == 1
+    path = cut.save_checkpoint("checkpoint-3", wait=True)
+
+    resumed = trainer("cut", 65536.0, 2000)  # a fresh scaler with other settings
+    resumed.load_checkpoint(path)
+    assert resumed.precision.scaler.state_dict() == saved
+    assert resumed.precision.scaler.get_scale() == 2048.0
+    resumed.fit()
+    assert resumed.precision.scaler.state_dict() == whole.precision.scaler.state_dict()
+    assert resumed.precision.scaler.get_scale() == 4096.0  # grew again at step 4
+    assert digest(resumed) == digest(whole)
+
+
+def test_first_logging_window_after_resume_excludes_the_load(tmp_path, points_task, points_config):
+    """Time between building the trainer (loading a checkpoint) and fit() is not training:
+    the resumed run's first window times its own steps only."""
+    import time
+
+    def trainer(max_steps: int, callbacks: list) -> Trainer:
+        cfg = points_config(
+            **{"training.max_steps": max_steps, "training.per_device_train_batch_size": 8}
+        )
+        task = points_task(n=64, batch_size=8)
+        return Trainer(task, cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=callbacks)
+
+    first = trainer(2, [])
+    first.fit()
+    path = first.save_checkpoint("checkpoint-2", wait=True)
+
+    windows = []
+
+    class Log(Callback):
+        def on_step_end(self, trainer):
+            if trainer.state.global_step == 4:
+                windows.append(trainer.pop_train_metrics())
+
+    resumed = trainer(4, [Log()])
+    resumed.load_checkpoint(path)
+    slow_load_s = 1.0
+    time.sleep(slow_load_s)  # a slow checkpoint load, model build or data set-up
+    resumed.fit()
+    (window,) = windows
+    window_s = window["step_time_s"] * 2  # steps 3 and 4
+    assert window_s < slow_load_s / 2, window
+    assert window["samples_per_s"] > 16 / (slow_load_s / 2)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,10 +33,13 @@ TINY = [
 ]  # fmt: skip
 
 
-def start(tmp_path: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+def start(
+    tmp_path: Path, *extra: str, env: dict | None = None, python: list[str] | None = None
+) -> subprocess.Popen:
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200", **(env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"),
+        [sys.executable, *(python or ["-m", "trainforge"]), "train",
+         str(REPO / "config/vit_digits.yaml"),
          "--set", f"output.dir={tmp_path / 'runs'}", "--set", "output.run_name=sig", *TINY,
          *extra],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
@@ -68,17 +72,55 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
     assert "Traceback" not in out
 
 
+# The real entry point with a checkpoint write that takes long enough (a big model's) to
+# press Ctrl+C a second time while it is under way; it says when that write begins.
+SLOW_INTERRUPT_SAVE = """
+import runpy, sys, time
+from trainforge.engine.trainer import Trainer
+save = Trainer.save_checkpoint
+def slow(self, name, **kwargs):
+    if name == "checkpoint_interrupted":
+        sys.stdout.write("writing checkpoint_interrupted\\n")
+        sys.stdout.flush()
+        time.sleep(60)
+    return save(self, name, **kwargs)
+Trainer.save_checkpoint = slow
+sys.argv = ["trainforge", *sys.argv[1:]]
+runpy.run_module("trainforge", run_name="__main__")
+"""
+
+
 def test_double_ctrl_c_aborts_at_once(tmp_path):
-    proc = start(tmp_path, "--set", "training.max_steps=100000")
-    wait_for_training(tmp_path, proc)
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    script = tmp_path / "slow_save.py"
+    script.write_text(SLOW_INTERRUPT_SAVE)
+    proc = start(tmp_path, "--set", "training.max_steps=100000", python=[str(script)])
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    try:
+        wait_for_training(tmp_path, proc)
+        proc.send_signal(signal.SIGINT)
+        before = []
+        for line in proc.stdout:  # the first Ctrl+C was handled: its checkpoint is under way
+            before.append(line)
+            if line.strip() == "writing checkpoint_interrupted":
+                break
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        aborted_s = time.monotonic() - started
+    finally:
+        watchdog.cancel()
+    out = "".join(before) + out
     assert proc.returncode == 130, out
+    assert aborted_s < 20  # at once, not after the 60 s write
+    assert out.splitlines()[-1] == (
+        "aborted by a second Ctrl+C; --resume auto continues from the newest complete checkpoint"
+    )
     assert "Traceback" not in out
-    # Whatever the first signal managed to write is either complete or invisible.
-    for found in ckpt.list_checkpoints(tmp_path / "runs/sig/checkpoints"):
-        assert ckpt.verify(found.path) is None
+    assert "checkpoint saved" not in out and "resume with" not in out
+    root = tmp_path / "runs/sig/checkpoints"
+    assert not (root / "checkpoint_interrupted").exists()
+    assert not [p for p in root.glob(".*")] if root.exists() else True
 
 
 def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):

@@ -47,9 +47,8 @@ class EvalCadence(Callback):
         self.full_on_improvement = full_on_improvement
 
     def on_step_end(self, trainer: Trainer) -> None:
-        step = trainer.state.global_step
-        full_due = bool(self.every_steps and step % self.every_steps == 0)
-        if self.fast_steps and step % self.fast_steps == 0 and not full_due:
+        full_due = trainer.step_due(self.every_steps)
+        if not full_due and trainer.step_due(self.fast_steps):
             _, improved = trainer.evaluate_fast()
             full_due = improved and self.full_on_improvement
         if full_due:
@@ -70,9 +69,8 @@ class CheckpointCadence(Callback):
         self.save_best = save_best
 
     def on_step_end(self, trainer: Trainer) -> None:
-        step = trainer.state.global_step
-        if self.save_steps and step % self.save_steps == 0:
-            trainer.save_checkpoint(f"checkpoint-{step}")
+        if trainer.step_due(self.save_steps):
+            trainer.save_checkpoint(f"checkpoint-{trainer.state.global_step}")
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         epoch = trainer.state.epoch

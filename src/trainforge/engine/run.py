@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,7 +272,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         if changes:
             print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
         print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
-    result = trainer.fit()
+    result = _fit_or_abort(trainer, main)
     confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
     final_weights = None
     if trainer.sharded and config.checkpoint.save_final_model and not result.interrupted:
@@ -339,6 +340,22 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
             "--resume auto",
         )
     return summary
+
+
+def _fit_or_abort(trainer, main: bool):
+    """fit(), and on a second Ctrl+C (GracefulStop gave Python's handler back) one line on
+    stderr before the KeyboardInterrupt goes on to exit 130 at once."""
+    try:
+        return trainer.fit()
+    except KeyboardInterrupt:
+        if main:
+            print(
+                "aborted by a second Ctrl+C; --resume auto continues from the newest "
+                "complete checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
 
 
 def _telemetry(config: RunConfig, platform):

@@ -220,11 +220,14 @@ class Trainer:
         self.optimizer = self._build_optimizer()
         # CUDA with fused AdamW: the finite check stays on the GPU. The fused kernel skips a
         # non-finite step by itself (its `found_inf` input), and the skips are counted on
-        # the device and read at logging points, so no step waits for the GPU. A skipped
-        # step still counts as a step there. Under fp16 the grad scaler feeds the kernel its
-        # own `found_inf` (overflowing gradients, which a non-finite loss produces too).
+        # the device and read at logging points, so no step waits for the GPU. Until that
+        # read (`settle_nonfinite`) a skipped step counts as a step (global_step, schedule);
+        # settling takes it back out, so from then on the run equals one that never saw it.
+        # Under fp16 the grad scaler feeds the kernel its own `found_inf` (overflowing
+        # gradients, which a non-finite loss produces too) and its skips stay counted.
         self.device_skip = device.type == "cuda" and bool(self.optimizer.defaults.get("fused"))
-        self._skipped_dev: torch.Tensor | None = None  # skips since the last settle
+        # [skipped steps, their loss weight] since the last settle, and the current streak
+        self._skipped_dev: torch.Tensor | None = None
         self._consecutive_dev: torch.Tensor | None = None
         self.steps_per_epoch = math.ceil(len(task.train_loader) / self.accumulation)
         if t.max_steps > 0:
@@ -302,7 +305,24 @@ class Trainer:
         self.stop_reason = reason
 
     def is_last_epoch(self) -> bool:
+        return self._steps_done()
+
+    def _steps_done(self) -> bool:
+        """All optimizer steps taken. Device-side skips are settled first (one read, at the
+        end only): they give their steps back, and the run trains on to the real total."""
+        if self.state.global_step < self.total_steps:
+            return False
+        self.settle_nonfinite()
         return self.state.global_step >= self.total_steps
+
+    def step_due(self, every: int | None) -> bool:
+        """Whether the step just taken is a multiple of `every` (cadence callbacks). A due
+        step settles device-side skips first, so cadence follows the real steps; the
+        checkpoint or evaluation it triggers reads from the device anyway."""
+        if not every or self.state.global_step % every:
+            return False
+        self.settle_nonfinite()
+        return self.state.global_step % every == 0
 
     @property
     def num_epochs(self) -> int:
@@ -314,8 +334,12 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
         self._clock_start = time.monotonic()
+        if self.window.steps == 0:
+            # The first logging window starts here, not when the trainer was built: building
+            # the model and loading a checkpoint are not training time.
+            self.window.reset()
         self.emit("on_fit_start")
-        while not self.should_stop and self.state.global_step < self.total_steps:
+        while not self._steps_done() and not self.should_stop:
             self.emit("on_epoch_start")
             if self.should_stop:
                 break
@@ -388,7 +412,7 @@ class Trainer:
             if epoch_done:
                 next(batches, None)  # exhaust so the loader's saved state marks the epoch done
                 return True
-            if self.should_stop or self.state.global_step >= self.total_steps:
+            if self._steps_done() or self.should_stop:  # settling may stop a diverged run
                 return False
 
     def _no_sync(self, skip_reduce: bool) -> Any:
@@ -462,7 +486,7 @@ class Trainer:
             if self.device_skip and scaler is None:
                 bad = (~torch.isfinite(check)).to(torch.float32)
                 self.optimizer.found_inf = bad  # type: ignore[attr-defined]
-                self._count_device_skip(bad)
+                self._count_device_skip(bad, sums)
             elif not self.device_skip:
                 finite = math.isfinite(float(check))
         if finite:
@@ -488,30 +512,55 @@ class Trainer:
         sums.reset()
         return finite
 
-    def _count_device_skip(self, bad: torch.Tensor) -> None:
+    def _count_device_skip(self, bad: torch.Tensor, sums: StepSums) -> None:
+        """Count a possibly skipped step on the device, and keep its loss and sums out of
+        the logging window (a NaN would spoil the window's mean); its weight is taken out
+        of the window when settling."""
         if self._skipped_dev is None or self._consecutive_dev is None:
+            self._skipped_dev = torch.zeros(2, dtype=torch.float64, device=bad.device)
             # A streak carried in from a checkpoint continues (a host number, no read).
-            self._skipped_dev = bad.clone()
-            self._consecutive_dev = (bad + self.state.consecutive_nonfinite) * bad
-            return
-        self._skipped_dev += bad
+            self._consecutive_dev = bad * 0 + self.state.consecutive_nonfinite
+        self._skipped_dev[0].add_(bad)
+        self._skipped_dev[1].add_(bad, alpha=sums.weight)
         # consecutive = (consecutive + 1) on a skip, 0 otherwise
         self._consecutive_dev.add_(bad).mul_(bad)
+        keep = bad == 0
+        if isinstance(sums.loss_sum, torch.Tensor):
+            sums.loss_sum = torch.where(keep, sums.loss_sum, 0.0)
+        sums.sums = {k: torch.where(keep, v, torch.zeros_like(v)) for k, v in sums.sums.items()}
+
+    def _rewind_schedule(self, num_steps: int) -> None:
+        """Take `num_steps` skipped steps back out of the LR schedule: the same rates the
+        scheduler computes for that step (LambdaLR: base rate times the multiplier)."""
+        s = self.scheduler
+        s.last_epoch -= num_steps
+        s._step_count -= num_steps  # so its state_dict equals the clean run's as well
+        lrs = [base * fn(s.last_epoch) for base, fn in zip(s.base_lrs, s.lr_lambdas, strict=True)]
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        s._last_lr = lrs
 
     def settle_nonfinite(self) -> None:
         """Device-side finite check: read the skips counted since the last call (one read,
-        at a logging point or a checkpoint) and stop a run that keeps diverging."""
+        at a logging point, a checkpoint, a due cadence step or the end), take them back
+        out of the step counter and the schedule, and stop a run that keeps diverging."""
         if self._skipped_dev is None or self._consecutive_dev is None:
             return
-        skipped = int(self._skipped_dev.item())
-        consecutive = int(self._consecutive_dev.item())
+        counts = torch.cat([self._skipped_dev, self._consecutive_dev.reshape(1).double()])
+        skipped, skipped_weight, consecutive = (int(v) for v in counts.tolist())
         self._skipped_dev.zero_()
         s = self.state
         s.consecutive_nonfinite = consecutive
         if not skipped:
             return
+        # The kernel left parameters, moments and its step counters untouched; the counter
+        # and the schedule went on, so they go back: from here on the run equals one that
+        # never saw the bad steps (fused AdamW's own step counters were never advanced).
+        s.global_step -= skipped
+        self._rewind_schedule(skipped)
         s.nonfinite_steps += skipped
         self.window.skipped += skipped
+        self.window.weight -= skipped_weight
         print(
             f"step {s.global_step}: {skipped} optimizer step(s) skipped since the last report "
             f"for a non-finite loss or gradient ({consecutive} in a row, {s.nonfinite_steps} "
