@@ -341,6 +341,3 @@ def main() -> None:
     except UserError as err:
         print(err.line(), file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)

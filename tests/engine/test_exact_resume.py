@@ -238,3 +238,27 @@ def test_first_logging_window_after_resume_excludes_the_load(tmp_path, points_ta
     window_s = window["step_time_s"] * 2  # steps 3 and 4
     assert window_s < slow_load_s / 2, window
     assert window["samples_per_s"] > 16 / (slow_load_s / 2)
+
+
+def test_best_fast_validation_value_survives_a_resume(tmp_path, points_task, points_config):
+    """The best fast-validation value is trainer state: a resumed run does not take its first
+    fast validation for an improvement (and run an extra full validation)."""
+    cfg = points_config(**{"training.max_steps": 2})
+
+    def trainer() -> Trainer:
+        return Trainer(
+            points_task(n=32, batch_size=8),
+            cfg,
+            run_dir=tmp_path / "run",
+            device=torch.device("cpu"),
+            callbacks=[],
+        )
+
+    first = trainer()
+    first.fit()
+    first.state.best_fast = 0.875
+    path = first.save_checkpoint("checkpoint-2", wait=True)
+    resumed = trainer()
+    assert resumed.state.best_fast is None
+    resumed.load_checkpoint(path)
+    assert resumed.state.best_fast == 0.875

@@ -103,7 +103,13 @@ def test_kill_minus_nine_campaign(tmp_path):
                 time.sleep(0.0005)
             time.sleep(rng.uniform(0, 0.01))
         else:
-            time.sleep(rng.uniform(0.0, 0.8))
+            # A random moment a few steps on: drawn in steps (then a random fraction of a
+            # step) rather than seconds, so a faster machine does not finish the run before
+            # the campaign has its kills.
+            target = start + rng.randint(0, 2 * SAVE)
+            while child.proc.poll() is None and child.last_step() < target:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0.0, 0.05))
         child.proc.send_signal(signal.SIGKILL)
         child.finish()
         if child.proc.returncode == 0:

@@ -232,7 +232,7 @@ def test_full_validation_runs_exactly_when_fast_improves_and_on_its_cadence(
     assert [step for step, _ in recorder.fast] == [2, 4, 8, 10]
     assert improved_steps(recorder.fast, metric, metric == "accuracy") == improved
     assert recorder.full == sorted(improved | {6, 12})
-    assert trainer.best_fast == (max if metric == "accuracy" else min)(values)
+    assert trainer.state.best_fast == (max if metric == "accuracy" else min)(values)
 
 
 def test_without_full_on_improvement_full_validation_keeps_its_own_cadence(tmp_path):

@@ -120,10 +120,6 @@ def test_mlflow_params_and_tensorboard_config_text_mask_a_token(tmp_path, monkey
             assert TOKEN.encode() not in path.read_bytes(), path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/run.py config_yaml does not scrub yet; the fix is in the observe report",
-)
 def test_config_dump_masks_a_token(monkeypatch):
     """config.resolved.yaml, each checkpoint's config.yaml and the report's config section
     are all `engine.run.config_yaml`; it must pass the config through `scrub_mapping`."""

@@ -43,8 +43,16 @@ class RunSummary:
         return 128 + int(getattr(signal, self.signal or "SIGINT", signal.SIGINT))
 
 
+def config_dump(config: RunConfig) -> dict[str, Any]:
+    """The config as plain data with every secret value from the environment masked: what
+    config.resolved.yaml, checkpoints and the report hold."""
+    from trainforge.observe.secrets import scrub_mapping
+
+    return scrub_mapping(config.model_dump(mode="json"))
+
+
 def config_yaml(config: RunConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return yaml.safe_dump(config_dump(config), sort_keys=False)
 
 
 def config_hash(config: RunConfig) -> str:
@@ -114,7 +122,7 @@ def config_changes(saved_yaml: str, config: RunConfig) -> list[str]:
         saved = yaml.safe_load(saved_yaml) or {}
     except yaml.YAMLError:
         return ["(the checkpoint's config.yaml is unreadable)"]
-    current = config.model_dump(mode="json")
+    current = config_dump(config)  # compared as saved: masked the same way
     changes: list[str] = []
 
     def walk(old: Any, new: Any, prefix: str) -> None:
@@ -385,10 +393,11 @@ def _peak_tflops(config: RunConfig, platform, device) -> float | None:
     if device.type != "cuda":
         return None  # CPU peaks vary too much to tabulate; set hardware.peak_tflops
     from trainforge.engine.precision import resolve_precision
-    from trainforge.hardware.peaks import peak_tflops
+    from trainforge.hardware.peaks import platform_peak_tflops
 
     precision = resolve_precision(config.training.precision, device)
-    return peak_tflops(_device_name(platform, device), precision)
+    # On a Jetson the board model names the module (torch calls every Orin GPU "Orin").
+    return platform_peak_tflops(platform, _device_name(platform, device), precision)
 
 
 def _confusion(trainer) -> dict | None:

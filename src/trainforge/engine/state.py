@@ -20,6 +20,7 @@ class TrainerState:
     best_metric: float | None = None
     best_step: int | None = None
     best_epoch: int | None = None
+    best_fast: float | None = None  # best fast-validation value (full validation on a gain)
     nonfinite_steps: int = 0  # optimizer steps skipped for a NaN/Inf loss or gradient
     consecutive_nonfinite: int = 0
     flops_per_sample: float | None = None  # counted on the run's first micro-batch (MFU)

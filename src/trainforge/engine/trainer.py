@@ -257,7 +257,6 @@ class Trainer:
         # choices, and resume must replay exactly what the uninterrupted run computed).
         self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
         self._fast_val_loader: Any = None
-        self.best_fast: float | None = None
         self.last_val: dict[str, float] = {}
         self.should_stop = False
         self.stop_reason = "finished"
@@ -674,10 +673,10 @@ class Trainer:
         key = self.config.evaluation.metric_for_best_model
         greater = self._greater_is_better()
         value = metrics[key]
-        best = self.best_fast
+        best = self.state.best_fast
         improved = best is None or (value > best if greater else value < best)
         if improved:
-            self.best_fast = value
+            self.state.best_fast = value
         self.emit("on_fast_eval_end", metrics)
         return metrics, improved
 

@@ -51,8 +51,9 @@ class MetricsCallback(Callback):
             self.telemetry.start()
 
     def on_step_end(self, trainer: Trainer) -> None:
+        due = trainer.step_due(self.logging_steps)  # settles device-side skips first
         step = trainer.state.global_step
-        if step % self.logging_steps == 0 or step >= trainer.total_steps:
+        if due or step >= trainer.total_steps:
             self._flush(trainer)
         if self.histogram_steps and step % self.histogram_steps == 0:
             for logger in self.loggers:
