@@ -100,11 +100,12 @@ class StepSums:
         self.sums: dict[str, torch.Tensor] = {}
 
     def add(self, weighted: torch.Tensor, out: Any, samples: int) -> None:
+        """Add a micro-batch: `weighted` is its detached loss times its weight, or, when the
+        window is this one micro-batch (`Trainer._mean_backward`), its detached mean loss."""
         self.micro += 1
         self.weight += out.weight
         self.samples += samples
-        first = self.micro == 1
-        self.loss_sum = weighted.detach() if first else self.loss_sum + weighted.detach()
+        self.loss_sum = weighted if self.micro == 1 else self.loss_sum + weighted
         for key, value in out.sums.items():
             value = value.detach()
             self.sums[key] = self.sums[key] + value if key in self.sums else value
@@ -135,13 +136,19 @@ class StepSums:
 
 
 class Window:
-    """Running sums of the training steps since the last logging point (device tensors)."""
+    """The training steps since the last logging point.
+
+    Each step's loss tensor is kept as it is (its weighted sum, or its mean with the weight
+    as multiplier) and the losses are combined once, at the logging point: no tensor
+    arithmetic per step, and the window's total is summed in float64 on the host.
+    """
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.loss_sum: torch.Tensor | float = 0.0
+        self.losses: list[torch.Tensor] = []
+        self.multipliers: list[int] = []
         self.weight = 0
         self.samples = 0
         self.steps = 0
@@ -151,13 +158,22 @@ class Window:
         self.paused_s = 0.0  # evaluation and checkpoint copies: not training time
         self.started = time.perf_counter()
 
-    def fold(self, step: StepSums) -> None:
-        self.loss_sum = self.loss_sum + step.loss_sum
+    def fold(self, step: StepSums, mean: bool) -> None:
+        """Add a finished step; `mean`: its loss_sum is the step's mean loss."""
+        self.losses.append(step.loss_sum)  # type: ignore[arg-type]
+        self.multipliers.append(step.weight if mean else 1)
         self.weight += step.weight
         self.samples += step.samples
         self.steps += 1
         for key, value in step.sums.items():
             self.sums[key] = self.sums[key] + value if key in self.sums else value
+
+    def loss_sum(self) -> float:
+        """The window's loss summed over its items (one read of every step's loss)."""
+        if not self.losses:
+            return 0.0
+        values = torch.stack([loss.reshape(()) for loss in self.losses]).tolist()
+        return math.fsum(v * m for v, m in zip(values, self.multipliers, strict=True))
 
 
 class Trainer:
@@ -387,13 +403,15 @@ class Trainer:
                 model = self.model if counting else self.forward_model
                 with self.precision.autocast():
                     out = self.task.step(model, batch)
+                loss = out.loss if out.loss.dtype == torch.float32 else out.loss.float()
                 if self._mean_backward:
                     # The window is this one micro-batch: its mean loss is the step's loss,
-                    # so backward on it directly (no weighting on the way in or out).
-                    loss = out.loss.float()
-                    weighted = loss.detach() * out.weight
+                    # so backward on it directly (no weighting on the way in or out), and
+                    # the step's sums keep the mean itself (no multiply, no divide).
+                    weighted = loss.detach()
                 else:
-                    loss = weighted = out.loss.float() * out.weight
+                    loss = loss * out.weight
+                    weighted = loss.detach()
                 if self.precision.scaler is not None:
                     self.precision.scaler.scale(loss).backward()
                 else:
@@ -471,7 +489,7 @@ class Trainer:
             norm = nn.utils.clip_grad_norm_(self.params, t.max_grad_norm, foreach=True)
         elif t.skip_nonfinite_steps and grads and scaler is None:
             norm = nn.utils.get_total_norm(grads, foreach=True)
-        step_loss = loss_sum / weight
+        step_loss = loss_sum if self._mean_backward else loss_sum / weight
         if self.sharded and norm is not None and hasattr(norm, "full_tensor"):  # a DTensor
             norm = norm.full_tensor()
         finite = True
@@ -501,8 +519,8 @@ class Trainer:
             if not self.device_skip:  # else counted on the device, read when settling
                 self.state.consecutive_nonfinite = 0
             self.last_grad_norm = norm
-            self.last_step_loss = step_loss.detach()
-            self.window.fold(sums)
+            self.last_step_loss = step_loss  # detached: built from detached losses
+            self.window.fold(sums, self._mean_backward)
         else:
             if scaler is not None:
                 scaler.update()
@@ -593,7 +611,7 @@ class Trainer:
         if w.weight == 0:
             w.reset()
             return {}
-        loss_sum, weight, samples, data_s = float(w.loss_sum), w.weight, w.samples, w.data_s
+        loss_sum, weight, samples, data_s = w.loss_sum(), w.weight, w.samples, w.data_s
         sums = {k: float(v) for k, v in w.sums.items()}
         if self.dist.enabled:  # metrics over all ranks; time shares averaged
             keys = sorted(sums)
