@@ -422,13 +422,18 @@ def build() -> list[dict]:
     return unique
 
 
+def render(records: list[dict]) -> str:
+    """The file's exact text (the test compares the shipped file with it)."""
+    return json.dumps(records, indent=1, ensure_ascii=False) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "example_datasets/jetson_training.json")
     args = parser.parse_args()
     records = build()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    args.out.write_text(render(records), encoding="utf-8")
     print(f"wrote {len(records)} records to {args.out}")
 
 

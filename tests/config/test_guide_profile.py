@@ -67,3 +67,17 @@ def test_mistakes_are_one_line_errors(tmp_path, data, message):
     with pytest.raises(UserError, match=message) as info:
         load(path, profile="cpu")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("preference", ["cpu", "cuda", None])
+def test_device_preference_sets_the_run_device(tmp_path, preference):
+    shipped = json.loads((REPO / "config" / "jetson_training.json").read_text())
+    assert shipped["device_preference"] == "auto"
+    data = dict(shipped)
+    if preference:
+        data["device_preference"] = preference
+    path = tmp_path / "jetson_training.json"
+    path.write_text(json.dumps(data))
+    resolved = load(path, profile="cpu")
+    assert resolved.config.training.device == (preference or "auto")
+    assert resolved.sources["training.device"] == f"file {path}"

@@ -179,3 +179,27 @@ def test_batches_pad_right_prompts_left_and_count_targets(gpt2_tok):
         batch["prompt_ids"][1], torch.tensor(examples[1].input_ids[: examples[1].prompt_len])
     )
     assert batch["references"] == ["x", "yy zz"]
+
+
+def test_shipped_jetson_dataset_is_what_the_script_builds():
+    """example_datasets/jetson_training.json is generated from the schema and profiles: a
+    changed field description must come with the regenerated file."""
+    import importlib.util
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "build_jetson_dataset", repo / "scripts/build_jetson_dataset.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shipped = repo / "example_datasets" / "jetson_training.json"
+    built = script.build()
+    assert json.loads(shipped.read_text(encoding="utf-8")) == built, (
+        "example_datasets/jetson_training.json is stale: run "
+        "`python scripts/build_jetson_dataset.py`"
+    )
+    assert shipped.read_text(encoding="utf-8") == script.render(built)
+    records = read_records(shipped)
+    assert len(records) >= 200
+    assert sum(r.messages is not None for r in records) >= 1  # the chat records too

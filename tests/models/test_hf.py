@@ -109,3 +109,42 @@ def test_base_model_is_created_from_init_arch_when_missing(tmp_path, lm_corpus):
     config = lm_config(tmp_path / "models" / "none", lm_corpus["tsv"])
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
         resolve_base_model(config)
+
+
+def test_init_small_matches_the_documented_size(tmp_path, monkeypatch, capsys, tiny_llama_chat):
+    """`models init --size small` through the command: 4 layers, 256 wide, vocabulary 2048,
+    hence the 3.9 M parameter Llama docs/llm_finetuning.md names (tiny has far fewer)."""
+    import sys
+    from pathlib import Path
+
+    from trainforge.cli import main
+
+    corpus = Path(__file__).resolve().parents[2] / "example_datasets/g2p/cmudict_val.tsv"
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "models",
+        "init",
+        "small",
+        "--arch",
+        "llama",
+        "--size",
+        "small",
+        "--corpus",
+        str(corpus),
+    ]
+    monkeypatch.setattr(sys, "argv", ["trainforge", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code in (0, None), capsys.readouterr().err
+    folder = tmp_path / "models" / "small"
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (4, 256)
+    assert (config["num_attention_heads"], config["vocab_size"]) == (4, 2048)
+    d, vocab, mlp = 256, 2048, 256 * 8 // 3
+    per_layer = 2 * d * d + 2 * d * (d // 2) + 3 * d * mlp + 2 * d  # q,o + k,v (2 kv heads)
+    expected = 2 * vocab * d + 4 * per_layer + d  # embeddings, untied head, final norm
+    small = json.loads((folder / hf.SUMMARY_FILE).read_text())["num_parameters"]
+    tiny = json.loads((tiny_llama_chat / hf.SUMMARY_FILE).read_text())["num_parameters"]
+    assert small == expected and round(small / 1e6, 1) == 3.9
+    assert small > 10 * tiny
+    assert hf.describe_model(folder).num_parameters == small  # from the safetensors header

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fakes.tiny_lm import lm_config
+from trainforge.engine.callbacks import Callback
 from trainforge.engine.trainer import Trainer
 from trainforge.tasks import build_task
 from trainforge.tasks.causal_lm import CausalLM
@@ -124,16 +125,86 @@ def test_lora_trains_only_the_adapter_and_merges_faithfully(tmp_path, tiny_llama
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    def load_base():
+        return AutoModelForCausalLM.from_pretrained(tiny_llama_chat, local_files_only=True).eval()
+
     merged = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
-    base = AutoModelForCausalLM.from_pretrained(tiny_llama_chat, local_files_only=True)
-    adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    untouched = load_base()  # PeftModel.from_pretrained injects LoRA layers into its base
+    adapted = PeftModel.from_pretrained(load_base(), tmp_path / "adapter").eval()
     with torch.no_grad():
         torch.testing.assert_close(merged(input_ids=ids).logits, unmerged, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(adapted(input_ids=ids).logits, unmerged, rtol=1e-4, atol=1e-5)
-        plain = (
-            base.get_base_model()(input_ids=ids).logits if hasattr(base, "get_base_model") else None
-        )
-    assert plain is None or not torch.allclose(plain, unmerged)
+        plain = untouched(input_ids=ids).logits
+    # The adapter changed the outputs by far more than the tolerance used above.
+    gap = (plain - unmerged).abs().max().item()
+    assert gap > 1e-3
+    # Merging changed exactly the adapted projections of the base weights.
+    base_state, merged_state = untouched.state_dict(), merged.state_dict()
+    assert base_state.keys() == merged_state.keys()
+    changed = {n for n, w in base_state.items() if not torch.equal(w, merged_state[n])}
+    assert changed and {n.rsplit(".", 2)[-2] for n in changed} == {"q_proj", "v_proj"}
+
+
+def test_lora_alpha_and_dropout_reach_peft(tiny_llama_chat, lm_corpus):
+    sets = {
+        "lora.enabled": True,
+        "lora.r": 4,
+        "lora.lora_alpha": 24,
+        "lora.lora_dropout": 0.2,
+        "lora.target_modules": "[q_proj, v_proj]",
+    }
+    model = build_task(lm_config(tiny_llama_chat, lm_corpus["chat"], **sets)).model
+    peft_config = model.peft_config["default"]
+    assert (peft_config.r, peft_config.lora_alpha, peft_config.lora_dropout) == (4, 24, 0.2)
+    layers = [m for n, m in model.named_modules() if n.endswith("q_proj") or n.endswith("v_proj")]
+    assert len(layers) == 4  # 2 layers x (q, v)
+    for layer in layers:
+        assert layer.scaling["default"] == pytest.approx(24 / 4)
+        assert layer.lora_dropout["default"].p == pytest.approx(0.2)
+
+
+def test_packed_run_keeps_completion_masking_and_trains(tmp_path, tiny_gpt2, lm_corpus):
+    """data.packing through build_text_data and the real Trainer: rows hold several
+    examples, every label equals the unpacked examples' labels token for token (prompt
+    tokens after a packed boundary stay masked), and the loss falls."""
+    sets = {"data.max_seq_length": 64, "training.max_steps": 25}
+    plain = build_task(lm_config(tiny_gpt2, lm_corpus["json"], **sets))
+    config = lm_config(tiny_gpt2, lm_corpus["json"], **sets, **{"data.packing": True})
+    trainer = trainer_for(config, tmp_path)
+    examples = plain.train_loader.dataset.examples
+    rows = trainer.task.train_loader.dataset.examples
+    assert len(rows) < len(examples) // 3 and all(len(r.input_ids) <= 64 for r in rows)
+    flat = [t for e in examples for t in e.labels]
+    assert [t for r in rows for t in r.labels] == flat
+    assert [t for r in rows for t in r.input_ids] == [t for e in examples for t in e.input_ids]
+    # Row 0 holds examples 0, 1, ...: example 1's prompt sits inside it and is masked.
+    first, second = examples[0], examples[1]
+    start = len(first.input_ids)
+    assert rows[0].labels[start : start + second.prompt_len] == [-100] * second.prompt_len
+    assert rows[0].labels[start + second.prompt_len] != -100
+    batch = next(iter(trainer.task.train_loader))
+    learned = batch["labels"] != -100
+    assert torch.equal(batch["labels"][learned], batch["input_ids"][learned])
+    assert batch["num_targets"] == int(learned[:, 1:].sum())
+
+    before = trainer.evaluate()  # validation is never packed: comparable before and after
+    losses = TrainLosses()
+    trainer.callbacks.append(losses)
+    trainer.fit()
+    after = trainer.evaluate()
+    assert len(losses.values) == 25 and all(math.isfinite(x) for x in losses.values)
+    assert sum(losses.values[-5:]) < 0.7 * sum(losses.values[:5])
+    assert after["loss"] < 0.8 * before["loss"]
+
+
+class TrainLosses(Callback):
+    """The training loss of every optimizer step."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        self.values.append(trainer.pop_train_metrics()["loss"])
 
 
 @pytest.mark.parametrize("fixture", ["tiny_gpt2", "tiny_llama_chat"])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -142,3 +143,95 @@ def test_lora_run_writes_an_adapter_that_peft_loads(tmp_path, tiny_llama_chat, l
     ids = torch.tensor([[3, 4, 5]])
     assert model.generate(input_ids=ids, max_new_tokens=3, do_sample=False).shape[1] > 3
     assert summary.global_step == 4
+
+
+def test_g2p_config_runs_end_to_end_with_per_and_wer(tmp_path, monkeypatch, capsys):
+    """config/g2p_cmudict.yaml as shipped, on the first words of each split and a few steps:
+    the config creates its base model (tiny here), validates with PER/WER, and the final
+    model is scored on the test split."""
+    (tmp_path / "config").mkdir()
+    shutil.copy(REPO / "config" / "g2p_cmudict.yaml", tmp_path / "config")
+    g2p = tmp_path / "example_datasets" / "g2p"
+    g2p.mkdir(parents=True)
+    for split, count in (("train", 400), ("val", 16), ("test", 16)):
+        lines = (REPO / "example_datasets" / "g2p" / f"cmudict_{split}.tsv").read_text()
+        (g2p / f"cmudict_{split}.tsv").write_text("".join(lines.splitlines(True)[:count]))
+    shorten = {
+        "model.init_size": "tiny",
+        "training.max_steps": 6,
+        "evaluation.eval_steps": 6,
+        "schedule.warmup_steps": 2,
+        "training.per_device_train_batch_size": 16,
+        "evaluation.per_device_eval_batch_size": 16,
+        "task.max_new_tokens": 12,
+        "logging.tensorboard": "false",
+    }
+    sets = [arg for k, v in shorten.items() for arg in ("--set", f"{k}={v}")]
+    code, out, err = run_main(
+        monkeypatch, capsys, tmp_path, "train", "config/g2p_cmudict.yaml", *FAST, *sets
+    )
+    assert code == 0, out[-2000:] + err
+    assert "creating base model models/g2p-small: random llama tiny" in out
+    assert "test (16 examples): " in out
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    by_split = {r["split"]: r for r in records}
+    for split in ("val", "test"):
+        assert by_split[split]["per"] >= 0.0 and 0.0 <= by_split[split]["wer"] <= 1.0, split
+    assert by_split["test"]["step"] == 6
+    final = json.loads((run_dir / "summary.json").read_text())["final_metrics"]
+    assert final["per"] == by_split["val"]["per"] and final["wer"] == by_split["val"]["wer"]
+    summary = json.loads((tmp_path / "models" / "g2p-cmudict" / "trainforge.json").read_text())
+    assert {"per", "wer"} <= set(summary["metrics"])
+    assert summary["test_metrics"]["per"] == by_split["test"]["per"]
+    assert summary["dataset"]["splits"]["test"]["records"] == 16
+
+
+TINY_RUN = ["--set", "training.max_steps=2", "--set", "evaluation.eval_steps=2"]
+
+
+def test_output_name_is_replaced_only_with_overwrite(project, tiny_gpt2, monkeypatch, capsys):
+    old = project / "models" / "tuned"
+    old.mkdir(parents=True)
+    (old / "config.json").write_text("{}")
+    (old / "notes.txt").write_text("an older model")
+    train = ["train", "config/jetson_training.json", "--base-model", str(tiny_gpt2),
+             "--output-name", "tuned", *FAST, *TINY_RUN]  # fmt: skip
+    code, _, err = run_main(monkeypatch, capsys, project, *train)
+    (line,) = err.strip().splitlines()  # one line, no traceback
+    assert code == 2 and "models/tuned already exists" in line and "--overwrite" in line
+    assert sorted(p.name for p in old.iterdir()) == ["config.json", "notes.txt"]
+    assert not (project / "runs").exists()
+
+    code, _, err = run_main(monkeypatch, capsys, project, *train, "--overwrite")
+    assert code == 0, err
+    assert not (old / "notes.txt").exists()
+    assert json.loads((old / "config.json").read_text())["model_type"] == "gpt2"
+    assert json.loads((old / "trainforge.json").read_text())["global_step"] == 2
+    assert {"model.safetensors", "tokenizer.json"} <= {p.name for p in old.iterdir()}
+    assert [p.name for p in (project / "models").iterdir()] == ["tuned"]  # no staging left
+
+
+def test_bf16_guide_profile_trains_on_cpu_and_writes_a_loadable_model(
+    project, tiny_gpt2, monkeypatch, capsys
+):
+    path = project / "config" / "jetson_training.json"
+    data = json.loads(path.read_text())
+    data["training_arguments"]["bf16"] = True
+    path.write_text(json.dumps(data))
+    train = ["train", "config/jetson_training.json", "--base-model", str(tiny_gpt2),
+             "--output-name", "tuned-bf16", *FAST, *TINY_RUN]  # fmt: skip
+    code, out, err = run_main(monkeypatch, capsys, project, *train)
+    assert code == 0, err
+    assert "precision: bf16" in out
+    (run_dir,) = (project / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["precision"] == "bf16" and summary["global_step"] == 2
+    assert all(math.isfinite(v) for v in summary["final_metrics"].values())
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(project / "models" / "tuned-bf16")
+    assert next(model.parameters()).dtype == torch.float32  # autocast over fp32 weights
+    ids = torch.tensor([[5, 6, 7]])
+    assert model.generate(input_ids=ids, max_new_tokens=3, do_sample=False).shape[1] > 3

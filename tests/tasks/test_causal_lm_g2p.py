@@ -107,3 +107,61 @@ def test_short_training_lowers_validation_per(tmp_path):
     assert untrained["per"] > 0.9
     assert trained["per"] < 0.75 * untrained["per"] and trained["per"] < 0.7
     assert trained["wer"] <= untrained["wer"]
+
+
+def _head(source: Path, dest: Path, start: int, count: int) -> Path:
+    dest.write_text("".join(source.read_text().splitlines(True)[start : start + count]))
+    return dest
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_final_model_is_evaluated_on_the_test_split(tmp_path):
+    """save_final greedy-decodes the test words (not the validation ones) and reports PER/WER
+    in metrics.jsonl (a `test` record) and trainforge.json."""
+    import json
+
+    train = _head(G2P / "cmudict_train.tsv", tmp_path / "train.tsv", 0, 300)
+    val = _head(G2P / "cmudict_val.tsv", tmp_path / "val.tsv", 0, 10)
+    test = _head(G2P / "cmudict_test.tsv", tmp_path / "test.tsv", 0, 24)
+    model = make_model(tmp_path / "g2p-tiny", "gpt2", False, [train])
+    config = lm_config(
+        model,
+        train,
+        **{
+            "data.validation_file": str(val),
+            "data.test_file": str(test),
+            "data.max_seq_length": 48,
+            "task.eval_generation": True,
+            "task.max_new_tokens": 12,
+            "training.max_steps": 10,
+            "training.per_device_train_batch_size": 16,
+            "evaluation.per_device_eval_batch_size": 10,  # 3 test batches, the last one short
+            "logging.jsonl": True,
+        },
+    )
+    torch.manual_seed(0)
+    task = build_task(config)
+    run_dir = tmp_path / "run"
+    Trainer(task, config, run_dir=run_dir, device=torch.device("cpu"), callbacks=[]).fit()
+    out = task.save_final(
+        run_dir, model=task.model, metrics={"loss": 1.0}, config_hash="h", global_step=10
+    )
+
+    # The same numbers, computed independently over the test words.
+    refs = [r.response for r in read_records(test)]
+    hyps = []
+    task.model.eval()
+    with torch.no_grad():
+        for batch in task.test_loader:
+            assert batch["references"] == refs[len(hyps) : len(hyps) + len(batch["references"])]
+            hyps += task.generate(task.model, batch["prompt_ids"], batch["prompt_mask"])
+    expected = error_counts(hyps, refs)
+    assert len(hyps) == 24
+    assert task.test_metrics["per"] == pytest.approx(expected.per)
+    assert task.test_metrics["wer"] == pytest.approx(expected.wer)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in records] == ["test"] and records[0]["step"] == 10
+    assert records[0]["per"] == pytest.approx(expected.per) and 0 < records[0]["loss"] < 20
+    summary = json.loads((out / "trainforge.json").read_text())
+    assert summary["test_metrics"]["wer"] == pytest.approx(expected.wer)
+    assert summary["metrics"] == {"loss": 1.0}  # validation metrics stay apart

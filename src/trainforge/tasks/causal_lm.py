@@ -8,9 +8,13 @@ Validation reports loss, perplexity and next-token accuracy on the response toke
 `task.eval_generation` it also greedy-decodes each prompt and reports `per` and `wer`
 (see `trainforge.tasks.sequence_metrics`).
 
-At the end `save_final` writes `RUN/model/` (save_pretrained + tokenizer + trainforge.json;
+At the end `save_final` first evaluates the final model on the test split when the data has
+one (`evaluate_test`: loss metrics, plus greedy `per`/`wer` with `task.eval_generation`),
+appends that as a `test` record to metrics.jsonl, keeps it in `test_metrics` and in
+trainforge.json; then it writes `RUN/model/` (save_pretrained + tokenizer + trainforge.json;
 with LoRA also `RUN/adapter/`, and `RUN/model/` only when the adapter is merged) and copies
-the result to `models/<output.model_name>` when one is named.
+the result to `models/<output.model_name>` when one is named. The test split is evaluated
+here, in the task, because the loop only knows train and validation loaders.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from torch import Tensor, nn
 
 from trainforge.config.schema import RunConfig
 from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token_id
+from trainforge.engine.precision import Precision
 from trainforge.engine.task import StepOutput
 from trainforge.errors import UserError
 from trainforge.models import hf
@@ -45,6 +50,7 @@ class CausalLM:
     test_loader: Any = None
     output_path: Path | None = None
     data_stats: dict[str, EncodeStats] = field(default_factory=dict)
+    test_metrics: dict[str, float] | None = None  # set by save_final when there is a test split
     name: str = "causal-lm"
     items_name: str = "tokens"
 
@@ -153,6 +159,55 @@ class CausalLM:
             "sequences": torch.tensor(float(counts.sequences)),
         }
 
+    # ------------------------------------------------------------- test split
+    @torch.no_grad()
+    def evaluate_test(self, model: nn.Module) -> dict[str, float] | None:
+        """Metrics of `model` on the whole test split (None without one), as validation
+        computes them: with `task.eval_generation`, greedy `per`/`wer` too.
+
+        Reads the data set in order rather than through the loader: under torch.distributed
+        the loader holds one rank's shard, and only rank 0 writes the final model.
+        """
+        if self.test_loader is None:
+            return None
+        dataset = self.test_loader.dataset
+        device = next(model.parameters()).device
+        precision = Precision.create(self.config.training.precision, device)
+        size = self.config.evaluation.per_device_eval_batch_size
+        was_training = model.training
+        model.eval()
+        loss_sum, weight, sums = 0.0, 0, {}
+        try:
+            for start in range(0, len(dataset), size):
+                raw = dataset.__getitems__(list(range(start, min(start + size, len(dataset)))))
+                with precision.autocast():
+                    out = self.step(model, self.to_device(raw, device, False))
+                loss_sum += float(out.loss) * out.weight
+                weight += out.weight
+                for key, value in out.sums.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+        finally:
+            model.train(was_training)
+        return self.metrics(loss_sum, weight, sums)
+
+    def _log_test(self, run_dir: Path, metrics: dict[str, float], global_step: int) -> None:
+        """One `test` record in metrics.jsonl, after the loop's own records (its loggers are
+        closed by then, so this appends through a fresh JSONL logger)."""
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        print(f"test ({len(self.test_loader.dataset)} examples): {shown}")
+        if not self.config.logging.jsonl:
+            return
+        from trainforge.observe.loggers import JsonlLogger
+
+        # The loop's epoch count: optimizer steps per epoch from the loader's batches.
+        accumulation = self.config.training.gradient_accumulation_steps
+        steps_per_epoch = max(1, math.ceil(len(self.train_loader) / accumulation))
+        logger = JsonlLogger(run_dir / "metrics.jsonl")
+        try:
+            logger.log("test", metrics, global_step, round(global_step / steps_per_epoch, 4))
+        finally:
+            logger.close()
+
     # ---------------------------------------------------------- final model
     def save_final(
         self,
@@ -163,7 +218,11 @@ class CausalLM:
         config_hash: str,
         global_step: int,
     ) -> Path:
-        """Write the Hugging Face folder(s) of the trained model; return the output folder."""
+        """Evaluate the test split, then write the Hugging Face folder(s) of the trained
+        model; return the output folder."""
+        self.test_metrics = self.evaluate_test(model)
+        if self.test_metrics is not None:
+            self._log_test(run_dir, self.test_metrics, global_step)
         summary = self.summary(metrics, config_hash, global_step)
         model.config.use_cache = True  # inference default; training turned it off
         if hf.is_peft(model):
@@ -207,6 +266,7 @@ class CausalLM:
             "config_hash": config_hash,
             "global_step": global_step,
             "metrics": metrics,
+            "test_metrics": self.test_metrics,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         }
 
