@@ -179,8 +179,12 @@ def test_g2p_config_runs_end_to_end_with_per_and_wer(tmp_path, monkeypatch, caps
     for split in ("val", "test"):
         assert by_split[split]["per"] >= 0.0 and 0.0 <= by_split[split]["wer"] <= 1.0, split
     assert by_split["test"]["step"] == 6
-    final = json.loads((run_dir / "summary.json").read_text())["final_metrics"]
+    run_summary = json.loads((run_dir / "summary.json").read_text())
+    final = run_summary["final_metrics"]
     assert final["per"] == by_split["val"]["per"] and final["wer"] == by_split["val"]["wer"]
+    assert run_summary["test_metrics"]["per"] == by_split["test"]["per"]
+    report = (run_dir / "report.html").read_text()
+    assert "test (final model)" in report and "unreadable" not in report
     summary = json.loads((tmp_path / "models" / "g2p-cmudict" / "trainforge.json").read_text())
     assert {"per", "wer"} <= set(summary["metrics"])
     assert summary["test_metrics"]["per"] == by_split["test"]["per"]

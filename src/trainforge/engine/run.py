@@ -317,6 +317,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         "mfu": metrics_cb.last_train.get("mfu"),
         "nonfinite_steps": result.state.nonfinite_steps,
         "telemetry": metrics_cb.telemetry.summary() if metrics_cb.telemetry else None,
+        # Tasks with a held-out test split score the final model on it (e.g. G2P PER/WER).
+        "test_metrics": getattr(trainer.task, "test_metrics", None),
     }
     extra["world_size"] = dist.world_size
     if confusion is not None:

@@ -25,7 +25,7 @@ import yaml
 
 from trainforge.errors import UserError
 
-SPLITS = ("train", "val", "val_fast", "telemetry")
+SPLITS = ("train", "val", "val_fast", "telemetry", "test")
 _RECORD_KEYS = {"time", "split", "step", "epoch"}
 _LOWER_IS_BETTER = {"loss", "perplexity", "per", "wer", "cer"}
 # Keys with these endings are measurements (time, memory, rates), not task metrics.

@@ -27,7 +27,12 @@ from trainforge.observe.report_plots import Plot
 
 PLOTS_OFF = "plots off: matplotlib is not installed (pip install 'trainforge[track]')"
 _SHARE_KEYS = ("accuracy", "per", "wer", "cer", "mfu")
-_SPLIT_NAMES = {"val": "validation", "val_fast": "fast validation", "train": "train (last window)"}
+_SPLIT_NAMES = {
+    "val": "validation",
+    "val_fast": "fast validation",
+    "test": "test (final model)",
+    "train": "train (last window)",
+}
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1d2330;
  max-width:1180px;margin:24px auto;padding:0 16px}
@@ -213,7 +218,7 @@ def _best_rows(data: RunData) -> list[tuple[str, str]]:
 def _metrics_section(data: RunData) -> str:
     rows: list[str] = []
     val_keys: set[str] = set()
-    for split in ("val", "val_fast", "train"):
+    for split in ("val", "val_fast", "test", "train"):
         stats = metric_stats(data.split(split), split)
         if split == "train":  # train windows: only the metrics validation also reports
             stats = [st for st in stats if st.key in val_keys or not val_keys]
