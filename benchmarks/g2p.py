@@ -139,7 +139,8 @@ def run(
     num_params = sum(p.numel() for p in task.model.parameters())
     which = ", the first of the split" if test_words else ""
     rows = [
-        f"G2P CMUdict test split ({num_test} words{which}), CPU budget {budget_s:.0f} s of training, "
+        f"G2P CMUdict test split ({num_test} words{which}), "
+        f"CPU budget {budget_s:.0f} s of training, "
         f"{threads} threads: {state.global_step} steps x {BATCH} words "
         f"({state.global_step * BATCH / max(1, task.num_train_samples):.2f} epochs of "
         f"{task.num_train_samples} words) in {state.train_time_s:.0f} s, "
