@@ -240,7 +240,7 @@ def doctor(
         Path | None, typer.Option("--fixture", hidden=True, help="Replay a recorded machine.")
     ] = None,
 ) -> None:
-    """Check this machine for training: each finding with its fix; exit 2 on a problem."""
+    """Check this machine for training: each finding with its fix; exit 1 with findings."""
     from trainforge.hardware.doctor import main as doctor_main
 
     code = doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture)

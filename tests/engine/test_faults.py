@@ -411,6 +411,33 @@ def test_resuming_a_different_model_is_refused_in_one_line(tmp_path, points_task
         wrong.load_checkpoint(path)
 
 
+@pytest.mark.parametrize("saved_workers, resumed_workers", [(1, 0), (0, 2), (2, 1)])
+def test_resuming_with_another_worker_count_is_refused_in_one_line(
+    tmp_path, points_task, points_config, saved_workers, resumed_workers
+):
+    """The loader's position is kept per worker; another worker count is a user error that
+    names both counts and the fix, not torchdata's internal assertion."""
+    cfg = points_config(**{"training.max_steps": 1})
+    first = Trainer(
+        points_task(num_workers=saved_workers),
+        cfg,
+        run_dir=tmp_path,
+        device=CPU,
+        callbacks=[],
+    )
+    first.fit()
+    path = first.save_checkpoint("checkpoint-1", wait=True)
+    other = Trainer(
+        points_task(num_workers=resumed_workers), cfg, run_dir=tmp_path, device=CPU, callbacks=[]
+    )
+    with pytest.raises(UserError) as caught:
+        other.load_checkpoint(path)
+    line = caught.value.line()
+    assert f"dataloader_num_workers={saved_workers}, this run has {resumed_workers}" in line
+    assert f"--set data.dataloader_num_workers={saved_workers}" in line
+    assert "\n" not in line
+
+
 class HostReads:
     """Counts tensor -> Python reads (`item`, `float`, `bool`, `int`) inside optimizer steps."""
 

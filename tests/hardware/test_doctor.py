@@ -32,14 +32,16 @@ REPO = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "fixtures" / "doctor"
 HEAVY_IMAGES = ["data.dataset=image-folder", "data.image_size=224"]
 
-# case -> (exit code, {check: expected status}) with the config defaults.
+# case -> (exit code, {check: expected status}) with the config defaults. A warning is a
+# finding like a problem: exit code 1; `info` and `skip` rows are not.
 EXPECTED = {
     "workstation-healthy": (0, {"torch build": "ok", "GPU architecture": "ok", "disk space": "ok"}),
+    "laptop-cpu-only": (0, {"torch build": "info", "GPU architecture": "skip", "disk space": "ok"}),
     "workstation-cpu-torch": (1, {"torch build": "problem", "GPU architecture": "skip"}),
     "workstation-old-driver": (1, {"NVIDIA driver": "problem", "torch build": "ok"}),
     "laptop-nv-queue": (1, {"nv_queue stalls": "warn", "persistence mode": "warn"}),
     "dgx-spark-pypi-torch": (1, {"GPU architecture": "problem", "torch build": "ok"}),
-    "dgx-spark-container": (0, {"/dev/shm": "warn", "GPU architecture": "ok"}),
+    "dgx-spark-container": (1, {"/dev/shm": "warn", "GPU architecture": "ok"}),
     "jetson-orin-nano-jp61": (1, {"disk space": "problem", "JetPack wheel": "ok"}),
     "jetson-agx-orin-jp60-cu126-wheel": (1, {"JetPack wheel": "problem", "swap": "ok"}),
     "jetson-agx-orin-jp61-no-cusparselt": (1, {"torch import": "problem", "cuSPARSELt": "warn"}),
@@ -88,10 +90,15 @@ def test_case_exit_code_and_findings(capsys, case: str) -> None:
     for check, status in want.items():
         assert found[check] == status, (check, found)
     problems = [check for check, status in found.items() if status == "problem"]
-    # One stderr line per problem, each naming the check and the fix; nothing else there.
+    warnings = [check for check, status in found.items() if status == "warn"]
+    # Exit code 1 exactly when there is a finding (a warning or a problem).
+    assert (code == 1) == bool(problems or warnings), found
+    # One stderr line per finding, problems first, each naming the check and the fix.
     lines = err.splitlines()
-    assert [line.split(":")[1].strip() for line in lines] == problems
-    assert all(line.startswith("problem: ") and ". Fix: " in line for line in lines)
+    assert [line.split(":")[1].strip() for line in lines] == problems + warnings
+    kinds = ["problem: "] * len(problems) + ["warning: "] * len(warnings)
+    assert all(line.startswith(kind) for line, kind in zip(lines, kinds, strict=True))
+    assert all(". Fix: " in line and not line.endswith("Fix: None") for line in lines)
     assert "Traceback" not in out + err
 
 
@@ -140,10 +147,24 @@ def test_small_dev_shm_is_a_problem_for_big_batches(capsys) -> None:
 
 
 def test_small_dev_shm_is_a_warning_for_small_batches(capsys) -> None:
-    code, out, _ = doctor(capsys, "dgx-spark-container")
-    assert code == 0
+    # A warning alone is still a finding: exit code 1, its line and fix on stderr.
+    code, out, err = doctor(capsys, "dgx-spark-container")
+    assert code == 1
     assert row(out, "/dev/shm").startswith("warn")
     assert "Docker's default" in row(out, "/dev/shm")
+    assert err.startswith("warning: /dev/shm: 64 MiB, Docker's default")
+    assert "--ipc=host" in err and len(err.splitlines()) == 1
+    assert out.rstrip().endswith("0 problems, 1 warning")
+
+
+def test_cpu_only_laptop_is_healthy(capsys) -> None:
+    # No GPU is a fact to report, not something to fix: info, exit code 0, nothing on stderr.
+    code, out, err = doctor(capsys, "laptop-cpu-only", "config/vit_digits.yaml")
+    assert (code, err) == (0, "")
+    assert row(out, "torch build").startswith("info ")
+    assert "no NVIDIA GPU on this machine: runs train on CPU" in row(out, "torch build")
+    assert "fix:" not in out
+    assert out.rstrip().endswith("0 problems, 0 warnings")
 
 
 def test_low_disk_depends_on_the_configured_checkpoints(capsys) -> None:
@@ -211,9 +232,14 @@ def test_driver_too_old_for_the_torch_cuda(capsys) -> None:
 
 
 def test_nv_queue_stalls_get_the_seed_002_fixes(capsys) -> None:
-    # With a budget that fits the 16 GiB laptop GPU, only warnings remain: exit code 0.
+    # With a budget that fits the 16 GiB laptop GPU, only the two warnings remain; they are
+    # findings, so the exit code is 1 and stderr has one line for each.
     code, out, err = doctor(capsys, "laptop-nv-queue", "--set", "hardware.memory_budget_gib=14")
-    assert (code, err) == (0, "")
+    assert code == 1
+    assert [line.split(":")[:2] for line in err.splitlines()] == [
+        ["warning", " persistence mode"],
+        ["warning", " nv_queue stalls"],
+    ]
     assert "2 hung-task report(s)" in row(out, "nv_queue stalls")
     assert "Mar  3 21:42:19 task nv_queue:1187 blocked for more than 245 seconds" in out
     fix = out.split(row(out, "nv_queue stalls"))[1].splitlines()[1]
@@ -309,10 +335,10 @@ def test_doctor_command_on_this_machine(cli) -> None:
     assert lines[0].startswith("trainforge doctor: ")
     assert lines[1].split() == ["status", "check", "finding"]
     assert "torch import" in result.stdout and "disk space" in result.stdout
-    # Exit code 1 exactly when a problem is reported, one stderr line each.
-    problems = result.stdout.count("\nPROBLEM ")
-    assert (result.returncode == 1) == (problems > 0)
-    assert len(result.stderr.splitlines()) == problems
+    # Exit code 1 exactly when a finding (problem or warning) is reported, one stderr line each.
+    findings = result.stdout.count("\nPROBLEM ") + result.stdout.count("\nwarn ")
+    assert (result.returncode == 1) == (findings > 0)
+    assert len(result.stderr.splitlines()) == findings
     assert "Traceback" not in result.stderr
 
 

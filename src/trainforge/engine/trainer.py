@@ -874,6 +874,7 @@ class Trainer:
                 "a new run from its weights",
             )
         own = state["per_rank"][self.dist.rank] if state.get("per_rank") else state
+        self._check_loader_workers(own["train_loader"], folder)
         self.task.train_loader.load_state_dict(own["train_loader"])
         self.state.load_state_dict(state["trainer"])
         self.state.improved = False
@@ -902,6 +903,26 @@ class Trainer:
         set_state_dict(
             self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state
         )
+
+    def _check_loader_workers(self, saved: Any, folder: Path) -> None:
+        """The loader's saved position is per worker process: a different worker count
+        cannot continue it (torchdata would fail later with an internal assertion)."""
+        have = getattr(self.task.train_loader, "num_workers", None)
+        if have is None or not isinstance(saved, dict):
+            return
+        if "_num_yielded" in saved:
+            was = 0
+        else:
+            snapshot = saved.get("_snapshot")
+            workers = snapshot.get("_worker_snapshots") if isinstance(snapshot, dict) else None
+            was = len(workers) if isinstance(workers, dict) else None
+        if was is not None and was != have:
+            raise UserError(
+                f"checkpoint {folder} was written with data.dataloader_num_workers={was}, "
+                f"this run has {have}",
+                f"resume with --set data.dataloader_num_workers={was} (the loader position "
+                "is kept per worker)",
+            )
 
     def _check_shapes(self, saved: dict[str, torch.Tensor], folder: Path) -> None:
         current = self.model.state_dict()

@@ -61,9 +61,11 @@ def run_export(source: Path, formats: list[str], options: ExportOptions) -> list
     first = results[0].summary
     ref = first["reference_metrics"].get(first["metric"])
     shown = f"{ref * 100:.2f}%" if first["metric"] == "accuracy" else f"{ref:.4f}"
+    # A causal LM is scored on its validation loss, not on a count of samples.
+    count = first.get("num_eval_samples")
+    on = f" on {count} validation samples" if count is not None else " on the validation set"
     print(
-        f"source: {first['source']} ({first['task']}, fp32 PyTorch {first['metric']} {shown} "
-        f"on {first['num_eval_samples']} validation samples)"
+        f"source: {first['source']} ({first['task']}, fp32 PyTorch {first['metric']} {shown}{on})"
     )
     for result in results:
         for line in _result_lines(result):

@@ -3,8 +3,10 @@
 `main()` gathers the machine's facts (`doctor_facts`), resolves the run config the way
 `trainforge train` would (profile: auto picks from the same detection), runs every check
 (`doctor_checks`) and prints a table: status, check, finding, and the fix under each warning
-or problem. Then one line per problem goes to stderr and the exit code is 1; a healthy
-machine exits 0 (warnings alone do not fail it). A bad command line exits 2 as usual.
+or problem. A warning or a problem is a finding: each also goes to stderr as one line with
+its fix, and the exit code is 1. Rows that are `ok`, `info` or `skip` are not findings, so a
+machine with nothing to fix exits 0 (a laptop without a GPU included: "no NVIDIA GPU" is
+`info`). A bad command line exits 2 as usual.
 
 Nothing here imports torch at module level: the torch checks import it lazily and report a
 missing or broken PyTorch as a finding.
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainforge.errors import UserError
-from trainforge.hardware.doctor_checks import Context, Finding, diagnose
+from trainforge.hardware.doctor_checks import FINDINGS, Context, Finding, diagnose
 from trainforge.hardware.doctor_facts import Facts, gather_facts, load_doctor_fixture
 from trainforge.hardware.platform import Platform
 
@@ -65,18 +67,19 @@ def main(
 
 
 def render(findings: Sequence[Finding], headline: str) -> tuple[list[str], list[str]]:
-    """(table lines for stdout, one line per problem for stderr)."""
+    """(table lines for stdout, one line per finding for stderr, problems first)."""
     width = max(len(f.check) for f in findings)
     lines = [headline, f"{'status':<8} {'check':<{width}}  finding"]
     for f in findings:
         label = f.status.upper() if f.status == "problem" else f.status
         lines.append(f"{label:<8} {f.check:<{width}}  {f.detail}")
-        if f.fix and f.status in ("problem", "warn"):
+        if f.fix and f.status in FINDINGS:
             lines.append(f"{'':<8} {'':<{width}}  fix: {f.fix}")
     problems = [f for f in findings if f.status == "problem"]
-    warnings = sum(f.status == "warn" for f in findings)
-    lines.append(f"{_plural(len(problems), 'problem')}, {_plural(warnings, 'warning')}")
+    warnings = [f for f in findings if f.status == "warn"]
+    lines.append(f"{_plural(len(problems), 'problem')}, {_plural(len(warnings), 'warning')}")
     errors = [f"problem: {f.check}: {f.detail}. Fix: {f.fix}" for f in problems]
+    errors += [f"warning: {f.check}: {f.detail}. Fix: {f.fix}" for f in warnings]
     return lines, errors
 
 
@@ -85,7 +88,7 @@ def _plural(count: int, noun: str) -> str:
 
 
 def run(ctx: Context) -> int:
-    """Print the report; 1 when any check found a problem, else 0."""
+    """Print the report; 1 when any check found a problem or a warning, else 0."""
     headline = "trainforge doctor: " + ctx.facts.platform.describe()[0].removeprefix("platform: ")
     out, err = render(diagnose(ctx), headline)
     print("\n".join(out))

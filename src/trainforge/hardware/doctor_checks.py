@@ -1,7 +1,10 @@
 """The checks behind `trainforge doctor`, each one `Context` -> one `Finding`.
 
-A finding is `ok`, `warn` (worth fixing, training still works), `problem` (training will fail
-or lose work) or `skip` (does not apply here), with a one-line fix for warn and problem.
+Each check reports one row with a status. Two statuses are findings, each with a one-line fix:
+`warn` (worth fixing, training still works) and `problem` (training will fail or lose work).
+The others are not: `ok` (checked, fine), `info` (something to know that needs no fix, e.g.
+"no NVIDIA GPU: runs train on the CPU", or a check that cannot decide on this machine) and
+`skip` (does not apply here). `trainforge doctor` exits 1 when there is any finding.
 
 The checks cover the set-up failures in the reference notes: a CPU-only or wrong-architecture
 PyTorch (the "cannot find any torch accelerator" class of failure on Blackwell, seeds/003),
@@ -26,7 +29,9 @@ from trainforge.hardware.jetson_wheels import wheel_row
 if TYPE_CHECKING:
     from trainforge.config import RunConfig
 
-STATUSES = ("ok", "warn", "problem", "skip")
+STATUSES = ("ok", "info", "skip", "warn", "problem")
+# The statuses that make `trainforge doctor` exit 1: each comes with a fix.
+FINDINGS = ("warn", "problem")
 MIN_PYTHON = (3, 10)  # pyproject.toml: requires-python = ">=3.10"
 # Minimum Linux driver per CUDA major release. Source: NVIDIA CUDA Toolkit release notes,
 # table "CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version
@@ -55,6 +60,8 @@ class Finding:
 
     def __post_init__(self) -> None:
         assert self.status in STATUSES, self.status
+        # A finding fails `trainforge doctor`, so it must say how to fix it.
+        assert self.fix or self.status not in FINDINGS, self
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,9 @@ def check_torch_build(ctx: Context) -> Finding:
     if torch.version is None:
         return Finding("torch build", "skip", "PyTorch is not importable")
     if not _gpu_present(facts):
-        return Finding("torch build", "skip", "no NVIDIA GPU on this machine")
+        device = facts.platform.device.upper()
+        detail = f"no NVIDIA GPU on this machine: runs train on {device}"
+        return Finding("torch build", "info", detail)
     gpu = facts.platform.gpus[0].name if facts.platform.gpus else "an NVIDIA GPU"
     if torch.cuda is None:
         return Finding(
@@ -221,20 +230,21 @@ def check_jetpack(ctx: Context) -> Finding:
     if jetson is None:
         return Finding("JetPack wheel", "skip", "not a Jetson")
     if jetson.jetpack_version is None:
+        # Not a finding: the machine may be fine, this tool just cannot tell which wheel fits.
         return Finding(
             "JetPack wheel",
-            "warn",
-            f"L4T {jetson.l4t_version} maps to no known JetPack release",
-            "python3 scripts/jetson_torch_install.py --jetpack X.Y",
+            "info",
+            f"L4T {jetson.l4t_version} maps to no known JetPack release, so the wheel is not "
+            "checked (python3 scripts/jetson_torch_install.py --jetpack X.Y prints one)",
         )
     row = wheel_row(jetson.jetpack_version)
     label = f"JetPack {jetson.jetpack_version}"
     if row is None:
         return Finding(
             "JetPack wheel",
-            "warn",
-            f"{label} has no PyTorch wheel in the table",
-            "see https://developer.download.nvidia.com/compute/redist/jp/",
+            "info",
+            f"{label} has no PyTorch wheel in the table, so the wheel is not checked "
+            "(NVIDIA's index: https://developer.download.nvidia.com/compute/redist/jp/)",
         )
     if torch.version is None and row.python and row.python != _major_minor(facts.python_version):
         return Finding(
@@ -281,7 +291,7 @@ def check_cusparselt(ctx: Context) -> Finding:
         return Finding("cuSPARSELt", "ok", f"found {facts.cusparselt_files[0]}")
     if not jetson:
         # PyPI CUDA wheels bring their own copy; without it only 2:4 sparsity is missing.
-        return Finding("cuSPARSELt", "ok", "not available to PyTorch (only 2:4 sparsity uses it)")
+        return Finding("cuSPARSELt", "info", "not available to PyTorch (only 2:4 sparsity uses it)")
     return Finding(
         "cuSPARSELt",
         "warn",
@@ -310,6 +320,8 @@ def check_nvml(ctx: Context) -> Finding:
 
 def check_persistence(ctx: Context) -> Finding:
     facts = ctx.facts
+    if not _gpu_present(facts):
+        return Finding("persistence mode", "skip", "no NVIDIA GPU")
     if facts.platform.kind == "jetson" or not facts.persistence_modes:
         return Finding("persistence mode", "skip", "not reported for this GPU")
     off = [i for i, mode in enumerate(facts.persistence_modes) if mode is False]
