@@ -56,6 +56,7 @@ def _config(work: Path, files: dict[str, Path], max_steps: int, threads: int, si
 
     sets = {
         "model.model_name_or_path": str(work / f"g2p-{size}"),
+        "output.models_dir": str(work / "models"),  # never the user's models/ folder
         "model.init_size": size,
         "data.train_file": str(files["train"]),
         "data.validation_file": str(files["val"]),  # unused here: only the test split counts

@@ -20,17 +20,17 @@ How each kind of command is exercised:
 - everything that trains, writes or serves runs as written, in page order, in a scratch copy
   of the checkout per page (`test_page_commands_run`, slow), with these offline-safe changes:
   `trainforge train` gets `--set training.max_steps=2` (4 when it resumes),
-  `checkpoint.save_steps=2`, a micro-batch of 16 (not with `--batch_size auto`) and, for a
-  fresh run, `output.overwrite=true`; CIFAR-10 configs read the tiny CIFAR-10 written in the
-  real format by the `tiny_cifar` fixture instead of downloading; a `--resume_from` path
-  that such a short run cannot have (`checkpoint_epoch_50`) becomes that run's newest
-  checkpoint; a command reading `runs/NAME` that the page never trained first trains
-  `config/NAME.yaml` the same short way; placeholders in PLACEHOLDERS get the value named
-  there; `trainforge serve` and the `curl` lines against it run on a free port, and the
-  server must answer HTTP before it is stopped; `make demo` runs its Makefile recipe;
-  `torchrun` runs its processes (Gloo on CPU); `scripts/build_g2p_dataset.py` writes to a
-  temporary folder, which must equal the shipped `example_datasets/g2p/`;
-  `benchmarks/g2p.py` gets a 3 s budget.
+  `checkpoint.save_steps=2`, `schedule.warmup_steps=0`, a micro-batch of 16 (not with
+  `--batch_size auto`) and, for a fresh run, `output.overwrite=true`; CIFAR-10 configs read
+  the tiny CIFAR-10 written in the real format by the `tiny_cifar` fixture instead of
+  downloading; a `--resume_from` path that such a short run cannot have
+  (`checkpoint_epoch_50`) becomes that run's newest checkpoint; a command reading `runs/NAME`
+  that the page never trained first trains `config/NAME.yaml` the same short way; placeholders
+  in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl` lines against
+  it run on a free port, and the server must answer HTTP before it is stopped; `make demo`
+  runs its Makefile recipe; `torchrun` runs its processes (Gloo on CPU);
+  `scripts/build_g2p_dataset.py` writes to a temporary folder, which must equal the shipped
+  `example_datasets/g2p/`; `benchmarks/g2p.py` gets a 3 s budget.
 
 The module is over 400 lines because the parser, the marker rules and one runner per kind of
 command belong together: each rule is only meaningful next to the others.
@@ -75,7 +75,8 @@ PLACEHOLDERS = {
 }
 QUICK_TRAINFORGE = {"validate", "config", "profiles", "detect", "doctor", "jetson-wheel", "slurm"}
 WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve"}
-TRAIN_SUFFIX = ("--set", "checkpoint.save_steps=2")
+# A 2-step run cannot hold a config's warmup (e.g. g2p_cmudict.yaml's 200 steps).
+TRAIN_SUFFIX = ("--set", "checkpoint.save_steps=2", "--set", "schedule.warmup_steps=0")
 SMALL_BATCH = ("--set", "training.per_device_train_batch_size=16")
 # Entries of the checkout that page runs must not touch (they get fresh ones).
 USER_CONTENT = {"runs", "models", "data", "outputs", ".git", ".venv"}

@@ -19,8 +19,22 @@ def _metric_text(summary: dict[str, Any]) -> str:
     return f"{metric} {value:.4f} ({delta:+.4f})"
 
 
+def _hf_folder_lines(result: Result) -> list[str]:
+    """A causal LM's Hugging Face folder: no fp32 size reference and no latency timing."""
+    s = result.summary
+    merged = "LoRA adapter merged into the base weights" if s.get("lora_merged") else "full model"
+    return [
+        f"{result.folder.name:<12} {result.folder}",
+        f"{'':<12} {s['size_bytes'] / 1e6:.2f} MB, {merged}  {_metric_text(s)}",
+        f"{'':<12} logits against the trained model: max |diff| {s['max_abs_diff']:.2e} "
+        f"(tolerance {s['tolerance']:g}); load with {s['load_with']}",
+    ]
+
+
 def _result_lines(result: Result) -> list[str]:
     s = result.summary
+    if s.get("runtime") == "transformers":
+        return _hf_folder_lines(result)
     size_mb = s["size_bytes"] / 1e6
     lines = [
         f"{result.folder.name:<12} {result.folder / s['artifact']}",
