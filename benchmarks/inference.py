@@ -18,37 +18,19 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "export"))
 from common import table, torch_threads
 
-from trainforge.config import validate
-from trainforge.engine.run import train
+from conftest import train_digits  # the export tests' digits run: the same model and settings
 from trainforge.export import ExportOptions, export
 from trainforge.export.bench import EDGE_TARGET_MS, bench, render
-from trainforge.hardware import detect
 
-REPO = Path(__file__).resolve().parents[1]
 BATCH = 32
-
-
-def _train(out_dir: Path, epochs: int) -> Path:
-    overrides = [
-        f"output.dir={out_dir}",
-        "output.run_name=bench-digits",
-        f"training.num_train_epochs={epochs}",
-        f"evaluation.eval_every_epochs={epochs}",
-        "checkpoint.save_every_epochs=null",
-        "logging.tensorboard=false",
-        "logging.progress_bar=false",
-        "training.num_threads=1",
-    ]
-    platform = detect()
-    resolved = validate(REPO / "config" / "vit_digits.yaml", platform=platform, overrides=overrides)
-    return train(resolved, platform).run_dir
 
 
 def run(epochs: int = 15, runs: int = 200, warmup: int = 20) -> tuple[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="trainforge-bench-") as work, torch_threads(1):
-        run_dir = _train(Path(work), epochs)
+        run_dir = train_digits(Path(work), epochs, name="bench-digits")
         results = export(run_dir, ["all"], ExportOptions(finetune_epochs=1, latency_runs=20))
         accuracy = {r.folder.name: r.summary.get("metrics", {}).get("accuracy") for r in results}
         reference = next(iter(results)).summary.get("reference_metrics", {}).get("accuracy")
