@@ -18,19 +18,30 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "export"))
+
 from common import table, torch_threads
 
-from conftest import train_digits  # the export tests' digits run: the same model and settings
 from trainforge.export import ExportOptions, export
 from trainforge.export.bench import EDGE_TARGET_MS, bench, render
 
 BATCH = 32
 
 
+def _export_tests_helpers():
+    """tests/export/conftest.py (the export tests' digits run: the same model and settings),
+    under its own module name: `make bench` has another `conftest` imported already."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "export" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("trainforge_export_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run(epochs: int = 15, runs: int = 200, warmup: int = 20) -> tuple[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="trainforge-bench-") as work, torch_threads(1):
-        run_dir = train_digits(Path(work), epochs, name="bench-digits")
+        run_dir = _export_tests_helpers().train_digits(Path(work), epochs, name="bench-digits")
         results = export(run_dir, ["all"], ExportOptions(finetune_epochs=1, latency_runs=20))
         accuracy = {r.folder.name: r.summary.get("metrics", {}).get("accuracy") for r in results}
         reference = next(iter(results)).summary.get("reference_metrics", {}).get("accuracy")
