@@ -17,6 +17,7 @@ class DataCfg:
     download: bool = False
     image_size: int | None = None
     val_fraction: float = 0.2
+    skip_bad_images: bool = False
     dataloader_num_workers: int = 0
     pin_memory: bool = False
     prefetch_factor: int | None = None

@@ -110,6 +110,11 @@ class DataConfig(Section):
     val_fraction: float = Field(
         0.2, gt=0.0, lt=1.0, description="Held-out share for digits and image-folder without val/."
     )
+    skip_bad_images: bool = Field(
+        False,
+        description="image-folder: leave out images that do not decode (counted) instead of "
+        "refusing the data set.",
+    )
     dataloader_num_workers: int = Field(
         0, ge=0, le=64, description="Loader worker processes (0: load in the main process)."
     )

@@ -116,7 +116,9 @@ def _load_splits(cfg: Any) -> LoadedSplits:
     if name == "image-folder":
         from trainforge.data.image_folder import load_image_folder_splits
 
-        return load_image_folder_splits(cfg.root, cfg.image_size, cfg.val_fraction)
+        return load_image_folder_splits(
+            cfg.root, cfg.image_size, cfg.val_fraction, cfg.skip_bad_images
+        )
     raise UserError(
         f"data.dataset is {name!r}, which is not a known dataset",
         f"use one of: {', '.join(DATASET_NAMES)}",

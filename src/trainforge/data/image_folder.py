@@ -1,14 +1,13 @@
 """The `image-folder` dataset: class-per-folder images on disk, decoded per sample.
 
 Owns the two layouts (root/train + root/val, or class folders directly under root with a fixed
-validation split), discovery through torchvision's ImageFolder, decoding + square resize with PIL
-inside `__getitem__` (this is the dataset where loader workers pay off), and the `UserError`s for
-a missing root, no class folders, no images and unreadable image files.
+validation split) and decoding + square resize with PIL inside `__getitem__` (this is the
+dataset where loader workers pay off). Which files count, and the one-line errors for a bad
+folder or image, are `trainforge.data.validate`'s, run before any loader exists; an unreadable
+image that validation's sample did not reach still stops the run in one line naming it.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -71,77 +70,32 @@ class ImageFileDataset(Dataset):
 
 
 def load_image_folder_splits(
-    root: str, image_size: int | None, val_fraction: float
+    root: str, image_size: int | None, val_fraction: float, skip_bad_images: bool = False
 ) -> LoadedSplits:
-    """Find the images under `root` and build train/val datasets that decode on access."""
+    """Check the images under `root` (`trainforge.data.validate`) and build train/val datasets
+    that decode on access."""
+    from trainforge.data.validate import validate_image_folder
+
     size = DEFAULT_IMAGE_SIZE if image_size is None else int(image_size)
     if size < 1:
         raise UserError(
             f"data.image_size is {image_size!r}, it must be a positive number of pixels"
         )
-    root_path = Path(root).expanduser()
-    if not root_path.is_dir():
-        raise UserError(
-            f"data.root {root_path} does not exist or is not a folder",
-            "point data.root at a folder of class folders (or with train/ and val/ inside)",
-        )
-    train_dir, val_dir = root_path / "train", root_path / "val"
-    if train_dir.is_dir():
-        train_samples, class_names = _scan(train_dir, class_names=None)
-        if val_dir.is_dir():
-            val_samples, _ = _scan(val_dir, class_names=class_names)
-        else:
-            train_samples, val_samples = _split(train_samples, val_fraction)
+    scan = validate_image_folder(root, size, skip_bad=skip_bad_images)
+    for note in scan.notes:
+        print(note)
+    if scan.val is None:
+        train_index, val_index = fixed_split_indices(len(scan.train), val_fraction)
+        train_samples = [scan.train[i] for i in train_index]
+        val_samples = [scan.train[i] for i in val_index]
     else:
-        all_samples, class_names = _scan(root_path, class_names=None)
-        train_samples, val_samples = _split(all_samples, val_fraction)
+        train_samples, val_samples = scan.train, scan.val
     return LoadedSplits(
         train=ImageFileDataset(train_samples, size),
         val=ImageFileDataset(val_samples, size),
-        class_names=class_names,
+        class_names=scan.class_names,
         channels=3,
         image_size=size,
         defaults=IMAGENET_DEFAULTS,
         batched_fetch=False,
     )
-
-
-def _split(
-    samples: list[tuple[str, int]], val_fraction: float
-) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    train_index, val_index = fixed_split_indices(len(samples), val_fraction)
-    return [samples[i] for i in train_index], [samples[i] for i in val_index]
-
-
-def _scan(folder: Path, class_names: list[str] | None) -> tuple[list[tuple[str, int]], list[str]]:
-    """List (path, label) with torchvision's ImageFolder (sorted classes, image suffixes only).
-
-    With `class_names` given (the val/ folder), labels follow the train classes so the same index
-    means the same class; a val class the train side does not have is an error.
-    """
-    from torchvision.datasets import ImageFolder
-    from torchvision.datasets.folder import IMG_EXTENSIONS
-
-    try:
-        found = ImageFolder(str(folder), allow_empty=True)
-    except FileNotFoundError as err:
-        raise UserError(
-            f"no class folders in {folder}",
-            "put one folder per class in it, each holding that class's images",
-        ) from err
-    if class_names is None:
-        class_names = list(found.classes)
-    unknown = sorted(set(found.classes) - set(class_names))
-    if unknown:
-        raise UserError(
-            f"{folder} has class folder(s) {unknown} that the train folder does not have",
-            "use the same class folder names in train/ and val/",
-        )
-    class_to_idx = {name: index for index, name in enumerate(class_names)}
-    samples = [(path, class_to_idx[found.classes[label]]) for path, label in found.samples]
-    if not samples:
-        raise UserError(
-            f"no images found in the class folders of {folder}",
-            f"add image files ({', '.join(IMG_EXTENSIONS)}) inside each class folder",
-        )
-    return samples, class_names

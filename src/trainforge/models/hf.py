@@ -44,14 +44,10 @@ def resolve_model_dir(name_or_path: str, models_dir: str | Path = "models") -> P
 
 
 def check_model_dir(path: Path, field: str = "model.model_name_or_path") -> Path:
-    if not (path / "config.json").is_file():
-        found = "no such folder" if not path.exists() else "no config.json in it"
-        raise UserError(
-            f"{field} = {str(path)!r}: not a Hugging Face model folder ({found})",
-            f"put a save_pretrained folder there, or create one with "
-            f"`trainforge models init {path.name} --arch gpt2 --size tiny --corpus FILE`",
-        )
-    return path
+    """The folder, checked as a base model (`trainforge.models.folder_check`)."""
+    from trainforge.models.folder_check import check_model_folder
+
+    return check_model_folder(path, field)
 
 
 def load_tokenizer(path: Path) -> Any:
@@ -59,9 +55,10 @@ def load_tokenizer(path: Path) -> Any:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as err:
+    except Exception as err:  # tokenizers raises bare Exception for a damaged tokenizer.json
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
-            f"cannot load the tokenizer in {path}: {str(err).splitlines()[0]}",
+            f"cannot load the tokenizer in {path}: {reason}",
             "the folder needs tokenizer.json or the model's tokenizer files",
         ) from None
     if tokenizer.pad_token is None:
@@ -78,9 +75,10 @@ def load_causal_lm(path: Path, *, gradient_checkpointing: bool = False) -> Any:
         model = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, dtype=torch.float32
         )
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RuntimeError, KeyError) as err:  # e.g. weights vs config
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
-            f"cannot load the model in {path}: {str(err).splitlines()[0]}",
+            f"cannot load the model in {path}: {reason[:300]}",
             "the folder needs config.json and safetensors weights of a causal LM",
         ) from None
     model.config.use_cache = False

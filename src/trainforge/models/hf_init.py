@@ -34,7 +34,7 @@ ARCHS = ("gpt2", "llama")
 
 
 def corpus_texts(paths: list[Path]) -> list[str]:
-    """Texts of the corpus files: records (.json/.jsonl/.tsv) or plain .txt lines."""
+    """Texts of the corpus files: records (.json/.jsonl/.tsv/.csv) or plain .txt lines."""
     texts: list[str] = []
     for path in paths:
         if path.suffix.lower() == ".txt":
@@ -42,7 +42,7 @@ def corpus_texts(paths: list[Path]) -> list[str]:
                 raise UserError(f"corpus file {path} not found", "check --corpus")
             texts += [line for line in path.read_text(encoding="utf-8").splitlines() if line]
         else:
-            texts += [t for record in read_records(path) for t in record.texts()]
+            texts += [t for record in read_records(path, "--corpus") for t in record.texts()]
     if not texts:
         raise UserError("the corpus is empty", "pass --corpus files with text in them")
     return texts

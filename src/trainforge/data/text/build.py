@@ -17,9 +17,8 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.loaders import make_loader
-from trainforge.data.memory import fixed_split_indices
 from trainforge.data.text.encode import IGNORE, Encoder, EncodeStats, Example, pack
-from trainforge.data.text.records import TextRecord, read_records
+from trainforge.data.validate import validate_text_data
 
 
 class TokenDataset(Dataset):
@@ -97,7 +96,7 @@ def build_text_data(
     with_prompts: bool = False,
 ) -> TextData:
     """Read, split, tokenize and wrap the text files of the data section."""
-    splits = _read_splits(cfg)
+    splits = validate_text_data(cfg)
     encoder = Encoder(
         tokenizer,
         max_seq_length=cfg.max_seq_length,
@@ -134,16 +133,3 @@ def build_text_data(
         num_val=len(datasets["val"]),
         stats=stats,
     )
-
-
-def _read_splits(cfg: Any) -> dict[str, list[TextRecord]]:
-    train = read_records(cfg.train_file)
-    if cfg.validation_file:
-        val = read_records(cfg.validation_file)
-    else:
-        train_idx, val_idx = fixed_split_indices(len(train), cfg.val_fraction)
-        train, val = [train[i] for i in train_idx], [train[i] for i in val_idx]
-    splits = {"train": train, "val": val}
-    if cfg.test_file:
-        splits["test"] = read_records(cfg.test_file)
-    return splits

@@ -1,4 +1,4 @@
-"""Text records from files: JSON, JSONL and TSV, checked record by record.
+"""Text records from files: JSON, JSONL, TSV and CSV, checked record by record.
 
 Owns `TextRecord` and `read_records`. Accepted shapes (per record, so one file may mix them):
     {"prompt": ..., "response": ...}            also "completion" for "response", and the
@@ -7,7 +7,10 @@ Owns `TextRecord` and `read_records`. Accepted shapes (per record, so one file m
     {"system": ...} may accompany a prompt/response record.
 A JSON file holds a list of records (or {"records": [...]}); a JSONL file one record per
 line; a TSV file `source<TAB>target` per line (the DGX Spark G2P plan), blank lines and
-lines starting with `#` skipped. Every problem names the file, the line or record, and the fix.
+lines starting with `#` skipped; a CSV file two columns `prompt,response` per row (quoted as
+the `csv` module reads RFC 4180), a first row naming the columns (e.g. `prompt,response`,
+`source,target`) skipped. The file-level checks (a file, not empty, UTF-8) are
+`trainforge.data.validate`'s. Every problem names the file, the line or record, and the fix.
 
 `datasets.load_dataset("json")` was considered; it caches Arrow files under the user's home
 and reports malformed records without their position, which plain `json` does better here.
@@ -15,6 +18,7 @@ and reports malformed records without their position, which plain `json` does be
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,26 +54,45 @@ class TextRecord:
         return [t for t in (self.system, self.prompt, self.response) if t]
 
 
-def read_records(path: str | Path) -> list[TextRecord]:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"data file {path} not found", "check data.train_file and its siblings")
-    suffix = path.suffix.lower()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"cannot read {path}: {err}", "save it as UTF-8 text") from None
-    if suffix == ".tsv":
-        records = _read_tsv(path, text)
-    elif suffix == ".jsonl":
-        records = _read_jsonl(path, text)
-    elif suffix == ".json":
-        records = _read_json(path, text)
-    else:
-        raise UserError(f"{path}: unknown text format {suffix!r}", "use .json, .jsonl or .tsv")
+def read_records(path: str | Path, field: str = "data.train_file") -> list[TextRecord]:
+    """Every record of a .json, .jsonl, .tsv or .csv file; `field` names it in errors."""
+    from trainforge.data.validate import validate_text_file
+
+    text = validate_text_file(path, field)
+    path = Path(path).expanduser()
+    readers = {".tsv": _read_tsv, ".csv": _read_csv, ".jsonl": _read_jsonl, ".json": _read_json}
+    records = readers[path.suffix.lower()](path, text)
     if not records:
-        raise UserError(f"{path}: no records found", "add prompt/response records or TSV lines")
+        raise UserError(f"{path}: no records found", "add prompt/response records or lines")
     return records
+
+
+# A first CSV row that names the columns instead of holding a record.
+CSV_HEADERS = {("prompt", "response"), ("prompt", "completion"), ("source", "target")}
+CSV_HEADERS |= {("input", "output"), ("instruction", "output")}
+
+
+def _read_csv(path: Path, text: str) -> list[TextRecord]:
+    out = []
+    reader = csv.reader(text.splitlines(keepends=True))
+    try:
+        for row in reader:
+            number = reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if not out and tuple(c.strip().lower() for c in row) in CSV_HEADERS:
+                continue
+            if len(row) != 2 or not row[0].strip() or not row[1].strip():
+                raise UserError(
+                    f"{path}:{number}: expected 2 columns prompt,response, got {len(row)}",
+                    "write one pair per row; quote a field that holds a comma",
+                )
+            out.append(
+                TextRecord(f"{path}:{number}", prompt=row[0].strip(), response=row[1].strip())
+            )
+    except csv.Error as err:
+        raise UserError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
+    return out
 
 
 def _read_tsv(path: Path, text: str) -> list[TextRecord]:
