@@ -128,7 +128,7 @@ def _output_rules(c: RunConfig) -> list[str]:
     return []
 
 
-TEXT_SUFFIXES = (".json", ".jsonl", ".tsv")
+TEXT_SUFFIXES = (".json", ".jsonl", ".tsv", ".csv")
 MODEL_NAME_HINT = "a plain folder name (no '/', '\\\\', '..' or leading '.'); e.g. jetson-tuned"
 
 
@@ -154,12 +154,12 @@ def _causal_lm_rules(c: RunConfig) -> list[str]:
             "task.kind = 'causal-lm'; set it"
         )
     if lm and c.data.dataset == "text" and not c.data.train_file:
-        out.append("data.train_file is not set: task causal-lm needs a .json, .jsonl or .tsv file")
+        out.append("data.train_file is not set: task causal-lm needs a .json, .jsonl, .tsv or .csv file")
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(c.data, field)
         if value and not value.lower().endswith(TEXT_SUFFIXES):
             out.append(
-                f"data.{field} = {value!r}: unknown format; use a .json, .jsonl or .tsv file"
+                f"data.{field} = {value!r}: unknown format; use a .json, .jsonl, .tsv or .csv file"
             )
     if "{prompt}" not in c.data.prompt_template:
         out.append(
