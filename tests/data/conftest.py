@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from fakes.tiny_lm import lm_corpus, tiny_gpt2  # noqa: F401  (fixtures of the broken-input corpus)
+
 
 @dataclass
 class DataCfg:

@@ -26,7 +26,7 @@ import pytest
 from PIL import Image
 
 from fakes.in_process import run_in_process
-from fakes.tiny_lm import RECORDS, lm_corpus, tiny_gpt2  # noqa: F401  (fixtures)
+from fakes.tiny_lm import RECORDS
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_NAME = "broken"
@@ -254,13 +254,15 @@ CORPUS = [
     Case("image-root-is-file", _root_is_file, r"data\.root {tmp}/one\.png is a file, not a folder"),
     Case("image-val-unknown-class", _val_unknown_class,
          r"{tmp}/imgs/val has class folder\(s\) \['fox'\] that the train folder does not have"),
-    Case("image-val-empty-class", _val_empty_class, r"class folder {tmp}/imgs/val/dog has no images"),
+    Case("image-val-empty-class", _val_empty_class,
+         r"class folder {tmp}/imgs/val/dog has no images"),
     Case("image-all-unreadable-skipped", _all_bad_skipped,
          r"every image in {tmp}/imgs is unreadable \(first {tmp}/imgs/cat/x\.png\)"),
     # text data
     Case("jsonl-malformed", text_case("t.jsonl", "\n".join([*GOOD_LINES[:2], '{"prompt": "a",'])),
          r"{tmp}/t\.jsonl:3: invalid JSON", "text"),
-    Case("json-malformed", text_case("t.json", '[\n  {"prompt": "a", "response": "b"},\n  {oops}\n]'),
+    Case("json-malformed",
+         text_case("t.json", '[\n  {"prompt": "a", "response": "b"},\n  {oops}\n]'),
          r"{tmp}/t\.json: invalid JSON at line 3 column 4", "text"),
     Case("jsonl-missing-field",
          text_case("t.jsonl", "\n".join([*GOOD_LINES[:4], '{"prompt": "no answer"}'])),
@@ -319,7 +321,7 @@ CORPUS = [
          broken_model(lambda m: (m / "model.safetensors").write_bytes(b"\x00" * 64)),
          r"weight file {tmp}/models/base/model\.safetensors is truncated or corrupt", "text"),
     Case("tokenizer-missing",
-         broken_model(lambda m: [(m / n).unlink() for n in ("tokenizer.json",) if (m / n).exists()]),
+         broken_model(lambda m: (m / "tokenizer.json").unlink()),
          r"no tokenizer in {tmp}/models/base", "text"),
     Case("tokenizer-corrupt",
          broken_model(lambda m: (m / "tokenizer.json").write_text('{"version": "1.0", "model":')),

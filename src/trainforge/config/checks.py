@@ -154,7 +154,9 @@ def _causal_lm_rules(c: RunConfig) -> list[str]:
             "task.kind = 'causal-lm'; set it"
         )
     if lm and c.data.dataset == "text" and not c.data.train_file:
-        out.append("data.train_file is not set: task causal-lm needs a .json, .jsonl, .tsv or .csv file")
+        out.append(
+            "data.train_file is not set: task causal-lm needs a .json, .jsonl, .tsv or .csv file"
+        )
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(c.data, field)
         if value and not value.lower().endswith(TEXT_SUFFIXES):
