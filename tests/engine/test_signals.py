@@ -46,7 +46,12 @@ def start(
     )  # fmt: skip
 
 
-def wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+# Deadlines are for a hung process, not for speed: a loaded 2-core machine may take minutes to
+# import torch and reach the first logged step.
+DEADLINE_S = 600
+
+
+def wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = DEADLINE_S) -> None:
     metrics = tmp_path / "runs/sig/metrics.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -63,7 +68,7 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
     proc = start(tmp_path, "--set", "training.max_steps=100000")
     wait_for_training(tmp_path, proc)
     proc.send_signal(getattr(signal, sig))
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 128 + getattr(signal, sig), out
     folder = tmp_path / "runs/sig/checkpoints/checkpoint_interrupted"
     assert ckpt.verify(folder) is None
@@ -72,17 +77,18 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
     assert "Traceback" not in out
 
 
-# The real entry point with a checkpoint write that takes long enough (a big model's) to
-# press Ctrl+C a second time while it is under way; it says when that write begins.
+# The real entry point with a checkpoint write that never ends by itself (a big model's on a
+# slow disk, taken to the limit): only the second Ctrl+C can end the process, so its exit
+# shows that the abort did not wait for the write. It says when that write begins.
 SLOW_INTERRUPT_SAVE = """
-import runpy, sys, time
+import runpy, sys, threading
 from trainforge.engine.trainer import Trainer
 save = Trainer.save_checkpoint
 def slow(self, name, **kwargs):
     if name == "checkpoint_interrupted":
         sys.stdout.write("writing checkpoint_interrupted\\n")
         sys.stdout.flush()
-        time.sleep(60)
+        threading.Event().wait()  # interrupted only by the signal
     return save(self, name, **kwargs)
 Trainer.save_checkpoint = slow
 sys.argv = ["trainforge", *sys.argv[1:]]
@@ -94,7 +100,7 @@ def test_double_ctrl_c_aborts_at_once(tmp_path):
     script = tmp_path / "slow_save.py"
     script.write_text(SLOW_INTERRUPT_SAVE)
     proc = start(tmp_path, "--set", "training.max_steps=100000", python=[str(script)])
-    watchdog = threading.Timer(90, proc.kill)
+    watchdog = threading.Timer(2 * DEADLINE_S, proc.kill)  # only for a hung process
     watchdog.start()
     try:
         wait_for_training(tmp_path, proc)
@@ -104,15 +110,12 @@ def test_double_ctrl_c_aborts_at_once(tmp_path):
             before.append(line)
             if line.strip() == "writing checkpoint_interrupted":
                 break
-        started = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        aborted_s = time.monotonic() - started
+        out, _ = proc.communicate(timeout=DEADLINE_S)  # the write alone would never end
     finally:
         watchdog.cancel()
     out = "".join(before) + out
-    assert proc.returncode == 130, out
-    assert aborted_s < 20  # at once, not after the 60 s write
+    assert proc.returncode == 130, out  # not -9: the watchdog did not have to kill it
     assert out.splitlines()[-1] == (
         "aborted by a second Ctrl+C; --resume auto continues from the newest complete checkpoint"
     )
@@ -134,7 +137,7 @@ def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):
     proc = start(tmp_path, "--set", "training.max_steps=100000", env=env)
     wait_for_training(tmp_path, proc)
     proc.send_signal(signal.SIGUSR1)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 128 + signal.SIGUSR1, out
     assert log.read_text().split() == ["requeue", "4242"]
     assert "Slurm job 4242 requeued" in out
@@ -142,7 +145,7 @@ def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):
 
     # The requeued job runs the same command line (no --resume) with a later stop.
     restart = start(tmp_path, "--set", f"training.max_steps={step + 3}", env=env)
-    out, _ = restart.communicate(timeout=120)
+    out, _ = restart.communicate(timeout=DEADLINE_S)
     assert restart.returncode == 0, out
     assert "resuming the run's newest checkpoint" in out
     assert f"step {step})" in out  # "resumed from ... (epoch E, step N)"

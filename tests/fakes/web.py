@@ -38,7 +38,7 @@ def write_hf_folder(folder: Path, arch: str = "GPT2LMHeadModel", summary: dict |
     return folder
 
 
-def wait_for(check: Callable[[], object], timeout: float = 30.0, every: float = 0.05):
+def wait_for(check: Callable[[], object], timeout: float = 300.0, every: float = 0.05):
     """Poll until `check()` is truthy; returns its value or fails with the last one."""
     deadline = time.monotonic() + timeout
     value = check()

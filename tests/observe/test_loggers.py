@@ -107,7 +107,13 @@ def test_wandb_offline_run_needs_no_key(tmp_path, monkeypatch):
     cfg = make_config(**{"logging.wandb": "true"})
     assert cfg.logging.wandb_mode == "offline"  # the default
     loggers = build_loggers(cfg.logging, run_dir, "offline-run")
-    fit(run_dir, loggers, steps=4, logging_steps=2)
+    fit(run_dir, loggers, steps=4, logging_steps=2)  # its end calls run.finish()
+    # finish() marks the run complete; the W&B service process writes the .wandb file and
+    # closes it when it shuts down. teardown() waits for that (a CLI run gets it at exit),
+    # so the file is complete here however loaded the machine is.
+    import wandb
+
+    wandb.teardown()
 
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     (data,) = offline.glob("run-*.wandb")

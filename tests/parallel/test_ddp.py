@@ -211,7 +211,7 @@ def test_killing_one_rank_stops_the_job_and_resume_continues(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     root = tmp_path / "kill" / "checkpoints"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600
     while not (root.exists() and any(p.name.startswith("checkpoint-") for p in root.iterdir())):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
@@ -221,9 +221,10 @@ def test_killing_one_rank_stops_the_job_and_resume_continues(tmp_path):
     victim = next(w for w in workers if "LOCAL_RANK" in w.environ() and w.environ()["RANK"] == "1")
     started = time.monotonic()
     victim.send_signal(signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode != 0
-    assert time.monotonic() - started < 120
+    # Well inside the 600 s process-group timeout: the job noticed, it did not time out.
+    assert time.monotonic() - started < 300
     # The surviving rank says what happened, once, in one line (torchrun adds its summary).
     lines = [line for line in err.splitlines() if "the distributed job failed" in line]
     assert len(lines) == 1 and "--resume auto" in lines[0], err[-3000:]

@@ -393,7 +393,7 @@ class Server:
         self.status = self._wait_for_http()
 
     def _wait_for_http(self) -> int:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline and self.process.poll() is None:
             status = http_status(f"http://127.0.0.1:{self.port}/")
             if status is not None:
@@ -464,7 +464,7 @@ class PageRun:
         """Wait for runs the API started to end, then stop the server."""
         if self.api is None:
             return
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         url = f"http://127.0.0.1:{self.api.port}/api/runs"
         while time.monotonic() < deadline:
             with urllib.request.urlopen(url, timeout=5) as response:

@@ -76,13 +76,13 @@ def server(jetson_project: Path):
             cwd=jetson_project, stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while "Uvicorn running" not in log.read_text():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.2)
     yield f"http://127.0.0.1:{port}"
     process.terminate()
-    process.wait(timeout=30)
+    process.wait(timeout=120)
 
 
 def last_records(run_dir: Path) -> tuple[int, dict, dict | None]:

@@ -31,9 +31,9 @@ def test_real_run_stops_with_a_checkpoint_and_resumes_to_the_end(make_client, pr
     overrides = [*TINY_VIT, "training.max_steps=1500", "logging.logging_steps=10"]
     response = client.post("/api/runs", json=run_form(overrides=overrides))
     assert response.status_code == 201, response.text
-    wait_for(lambda: status(client, "digits-web")["num_records"] >= 2, timeout=180)
+    wait_for(lambda: status(client, "digits-web")["num_records"] >= 2, timeout=600)
     client.post("/api/runs/digits-web/stop")
-    view = wait_for(done(client, "digits-web"), timeout=120)
+    view = wait_for(done(client, "digits-web"), timeout=600)
     log = "\n".join(client.get("/api/runs/digits-web/log").json()["lines"])
     assert view["status"] == "stopped" and view["exit_code"] == 130, log
     run_dir = project / "runs" / "digits-web"
@@ -42,7 +42,7 @@ def test_real_run_stops_with_a_checkpoint_and_resumes_to_the_end(make_client, pr
     stopped_at = view["step"]
 
     assert client.post("/api/runs/digits-web/resume").status_code == 202
-    view = wait_for(done(client, "digits-web"), timeout=240)
+    view = wait_for(done(client, "digits-web"), timeout=600)
     assert view["status"] == "completed", view["message"]
     assert "resumed from runs/digits-web/checkpoints/checkpoint_interrupted" in "\n".join(
         client.get("/api/runs/digits-web/log", params={"lines": 200}).json()["lines"]
@@ -58,8 +58,8 @@ def test_real_run_killed_mid_training_is_failed_and_the_server_carries_on(make_c
     client = make_client(fake=False)
     overrides = [*TINY_VIT, "training.max_steps=100000", "logging.logging_steps=10"]
     pid = client.post("/api/runs", json=run_form(overrides=overrides)).json()["pid"]
-    wait_for(lambda: status(client, "digits-web")["num_records"] >= 1, timeout=180)
+    wait_for(lambda: status(client, "digits-web")["num_records"] >= 1, timeout=600)
     os.kill(pid, signal.SIGKILL)
-    view = wait_for(done(client, "digits-web"), timeout=30)
+    view = wait_for(done(client, "digits-web"), timeout=600)
     assert view["status"] == "failed" and view["message"] == "killed by SIGKILL"
     assert client.get("/api/runs").status_code == 200

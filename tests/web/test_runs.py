@@ -122,18 +122,19 @@ def test_stop_checkpoints_gracefully_and_resume_continues(make_client, monkeypat
 def test_stop_twice_sends_sigterm(make_client, monkeypatch, tmp_path):
     # A trainer that ignores SIGINT: the second Stop must still end it (SIGTERM -> 143).
     script = tmp_path / "stubborn.py"
+    ready = tmp_path / "handlers-installed"
     script.write_text(
-        "import signal, sys, time\n"
+        "import pathlib, signal, sys, time\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
-        "time.sleep(60)\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(600)\n"
     )
     client = make_client(train_command=[sys.executable, str(script)])
     client.post("/api/runs", json=run_form())
-    time.sleep(0.5)  # let it install its handlers
+    wait_for(ready.exists)  # its handlers are in place
     assert client.post("/api/runs/digits-web/stop").json()["message"] == "SIGINT sent"
-    time.sleep(0.3)
-    assert status(client, "digits-web")["status"] == "stopping"
+    assert wait_for(lambda: status(client, "digits-web")["status"] == "stopping")
     assert client.post("/api/runs/digits-web/stop").json()["message"] == "SIGTERM sent"
     view = wait_for(finished(client, "digits-web"))
     assert view["status"] == "stopped" and view["exit_code"] == 143
@@ -186,7 +187,7 @@ def test_history_survives_a_restart_and_vanished_runs_are_failed(make_client, pr
     assert runs["adopted"]["status"] == "running"
     live.kill()
     live.wait()
-    view = wait_for(finished(restarted, "adopted"), timeout=10)
+    view = wait_for(finished(restarted, "adopted"))
     assert view["status"] == "failed"
 
 
