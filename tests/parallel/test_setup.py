@@ -164,3 +164,52 @@ def test_more_local_ranks_than_gpus_is_one_clear_line(fake_group, monkeypatch):
     with pytest.raises(UserError, match=r"cuda:1.*training\.device=cpu"):
         parallel.setup("auto", "cuda")
     assert fake_group == []
+
+
+class _Model:
+    """Stands for a DDP-wrapped model in a reference cycle (as the Trainer's is)."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+
+def test_teardown_frees_the_model_before_the_group_is_destroyed(fake_group, clean_env):
+    import weakref
+
+    os.environ.update(SLURM_TASK)
+    parallel.setup("auto", "cpu")
+    model = _Model()
+    alive = weakref.ref(model)
+    del model  # unreachable, but only the cyclic collector frees it
+    seen_at_destroy = []
+    clean_env.setattr(dist, "is_initialized", lambda: True)
+    clean_env.setattr(dist, "destroy_process_group", lambda: seen_at_destroy.append(alive()))
+    parallel.teardown()
+    assert seen_at_destroy == [None]  # collected first, then the group destroyed
+    assert not parallel.context().enabled
+
+
+def test_teardown_during_an_error_releases_what_the_traceback_held(fake_group, clean_env):
+    import weakref
+
+    os.environ.update(SLURM_TASK)
+    parallel.setup("auto", "cpu")
+    refs = []
+
+    def train() -> None:
+        model = _Model()
+        refs.append(weakref.ref(model))
+        raise RuntimeError("Connection closed by peer")
+
+    seen_at_destroy = []
+    clean_env.setattr(dist, "is_initialized", lambda: True)
+    clean_env.setattr(dist, "destroy_process_group", lambda: seen_at_destroy.append(refs[0]()))
+    with pytest.raises(UserError, match="rank 3"):
+        try:
+            try:
+                train()
+            except RuntimeError:
+                raise UserError("rank 3: the distributed job failed") from None
+        finally:
+            parallel.teardown()
+    assert seen_at_destroy == [None]

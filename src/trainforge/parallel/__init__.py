@@ -154,12 +154,37 @@ def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> Di
 
 
 def teardown() -> None:
+    """Leave the process group with nothing of it left for interpreter exit.
+
+    A finished run's Trainer, its DDP (or FSDP) module and the DDP reducer sit in reference
+    cycles: they outlive `train()` until the cyclic garbage collector runs, and with them the
+    Gloo process group and the last Work objects of the gradient all-reduce, which hold
+    tensors. Destroying the group first and leaving those to interpreter finalization lets
+    Gloo's C++ side release Python tensors while the interpreter is being torn down, which
+    aborts the process (SIGABRT), now and then, depending on when the collector last ran.
+    So the cycles are collected here, while the group and the interpreter are whole, and only
+    then is the group destroyed. When an exception is on its way out, the frames of its
+    traceback (and of the errors it replaced) would keep the trainer alive: their locals are
+    cleared first (the traceback still prints).
+    """
     global _CONTEXT, _CONTROL
     if _CONTEXT.enabled:
+        import gc
+        import sys
+        import traceback
+
         import torch.distributed as dist
 
+        error, seen = sys.exc_info()[1], set()
+        while error is not None and id(error) not in seen:  # with the errors it replaced
+            seen.add(id(error))
+            if error.__traceback__ is not None:
+                traceback.clear_frames(error.__traceback__)
+            error = error.__cause__ or error.__context__
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
+        gc.collect()
     _CONTEXT, _CONTROL = DistContext(), None
 
 
