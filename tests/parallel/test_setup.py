@@ -213,3 +213,42 @@ def test_teardown_during_an_error_releases_what_the_traceback_held(fake_group, c
         finally:
             parallel.teardown()
     assert seen_at_destroy == [None]
+
+
+@pytest.fixture
+def two_ranks(monkeypatch):
+    """Rank `n` of 2 over an in-process store standing in for torchrun's rendezvous store."""
+    store = dist.HashStore()
+    monkeypatch.setattr(parallel, "_store", lambda: store)
+
+    def be(rank: int) -> None:
+        monkeypatch.setattr(parallel, "_CONTEXT", parallel.DistContext(rank, 2, rank, "gloo"))
+
+    return be
+
+
+PEER_GONE = RuntimeError("[gloo/transport/tcp/pair.cc:544] Connection closed by peer [::1]:4")
+
+
+def test_a_failing_rank_names_itself_and_its_peer_stays_silent(two_ranks):
+    two_ranks(1)
+    line = parallel.failure_line(UserError("data file x.jsonl not found", "check data"))
+    assert line == "rank 1: data file x.jsonl not found. check data"
+    two_ranks(0)
+    assert parallel.failure_line(PEER_GONE, wait_s=0) is None  # rank 1 said why
+
+
+def test_a_peer_that_vanished_without_a_word_is_reported_once_by_rank_0(two_ranks):
+    two_ranks(1)
+    assert parallel.failure_line(PEER_GONE, wait_s=0) is None
+    two_ranks(0)
+    line = parallel.failure_line(PEER_GONE, wait_s=0)
+    assert line.startswith("rank 0: lost contact with another rank, which reported no error")
+    assert "Connection closed by peer" in line and "\n" not in line
+
+
+def test_peer_loss_is_told_apart_from_a_rank_own_error():
+    assert parallel.is_peer_loss(PEER_GONE)
+    assert parallel.is_peer_loss(dist.DistNetworkError("store"))
+    assert not parallel.is_peer_loss(RuntimeError("CUDA out of memory"))
+    assert not parallel.is_peer_loss(UserError("gloo backend needs CPU tensors"))

@@ -9,7 +9,9 @@ then MASTER_ADDR when the job script exported it, else the first node of the ste
 job's) node list, on the port the rendered job script uses (20000 + job id % 12000).
 One process per GPU; NCCL on CUDA, Gloo on CPU. Control decisions (stop on a signal, the
 time limit, a skipped non-finite step) are agreed over a Gloo group so they never force a
-GPU synchronisation.
+GPU synchronisation. `teardown` leaves the group with nothing of it left for interpreter exit;
+`failure_line` makes a failed job end in one line naming the rank that failed and why (the
+failing rank records its reason in the rendezvous store, its peers read it there).
 
 The first host of a Slurm node list is parsed here by hand: `scontrol show hostnames` needs
 the Slurm binaries on the compute node's PATH and a process per call, and the
@@ -230,3 +232,88 @@ def barrier() -> None:
         import torch.distributed as dist
 
         dist.barrier(group=_CONTROL)
+
+
+# ------------------------------------------------------------------- a rank that fails
+# Where a failing rank leaves its one-line reason: the rendezvous store (torchrun's agent
+# holds it, so it outlives any training process), read by the ranks that lost their peer.
+FAILURE_KEY = "trainforge/failed/{rank}"
+# Errors that say "a peer went away", not what went wrong on that peer.
+PEER_LOSS = ("connection closed by peer", "connection reset by peer", "broken pipe",
+             "timed out", "timeout", "socket", "nccl", "gloo")  # fmt: skip
+
+
+def _store() -> Any:
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return _get_default_store()
+
+
+def is_peer_loss(err: BaseException) -> bool:
+    """True for a collective that failed because another rank stopped or lost contact."""
+    if isinstance(err, UserError):
+        return False
+    import torch.distributed as dist
+
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(mark in text for mark in PEER_LOSS)
+
+
+def record_failure(reason: str) -> None:
+    """Leave this rank's reason where the other ranks can read it (best effort: when the
+    store is gone with its host, the other ranks say that contact was lost)."""
+    if not _CONTEXT.enabled:
+        return
+    try:
+        _store().set(FAILURE_KEY.format(rank=_CONTEXT.rank), reason)
+    except Exception:  # any store error: nothing more to do on the way out
+        return
+
+
+def failure_reports(wait_s: float = 10.0) -> dict[int, str]:
+    """{rank: reason} that other ranks left, waiting up to `wait_s` s for the first one (a
+    failing rank records its reason just before it exits, and its peers notice the exit)."""
+    import time
+
+    if not _CONTEXT.enabled:
+        return {}
+    keys = {r: FAILURE_KEY.format(rank=r) for r in range(_CONTEXT.world_size)}
+    keys.pop(_CONTEXT.rank)
+    deadline = time.monotonic() + wait_s
+    try:
+        store = _store()
+        while True:
+            found = {r: store.get(k).decode() for r, k in keys.items() if store.check([k])}
+            if found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.1)
+    except Exception:  # the store went with its host
+        return {}
+
+
+def failure_line(err: BaseException, wait_s: float = 10.0) -> str | None:
+    """The one line this rank prints for `err`, or None when another rank speaks for it.
+
+    The rank where the error happened names itself and the reason (and records it); a rank
+    whose collective failed because a peer went away stays silent when that peer recorded
+    why, and otherwise (a peer killed by a signal or out of memory records nothing) rank 0
+    says that contact was lost and what the collective reported.
+    """
+    text = err.line() if isinstance(err, UserError) else str(err).strip()
+    first = text.splitlines()[0][:300] if text else type(err).__name__
+    rank = _CONTEXT.rank
+    if not is_peer_loss(err):
+        record_failure(first)
+        return f"rank {rank}: {first}"
+    reports = failure_reports(wait_s)
+    if reports:
+        return None
+    if not _CONTEXT.is_main:
+        return None
+    return (
+        f"rank {rank}: lost contact with another rank, which reported no error (killed by a "
+        f"signal or out of memory?): {first}. see the launcher's exit codes above for which "
+        "rank, then rerun with --resume auto"
+    )
