@@ -272,9 +272,10 @@ def record_failure(reason: str) -> None:
         return
 
 
-def failure_reports(wait_s: float = 10.0) -> dict[int, str]:
-    """{rank: reason} that other ranks left, waiting up to `wait_s` s for the first one (a
-    failing rank records its reason just before it exits, and its peers notice the exit)."""
+def failure_reports(wait_s: float = 1.0) -> dict[int, str]:
+    """{rank: reason} that other ranks left, waiting up to `wait_s` s for the first one. A
+    failing rank records its reason before it leaves the group, and its peers' collectives
+    fail only when it has left, so the reason is normally there at the first look."""
     import time
 
     if not _CONTEXT.enabled:
@@ -293,13 +294,13 @@ def failure_reports(wait_s: float = 10.0) -> dict[int, str]:
         return {}
 
 
-def failure_line(err: BaseException, wait_s: float = 10.0) -> str | None:
+def failure_line(err: BaseException, wait_s: float = 1.0) -> str | None:
     """The one line this rank prints for `err`, or None when another rank speaks for it.
 
     The rank where the error happened names itself and the reason (and records it); a rank
     whose collective failed because a peer went away stays silent when that peer recorded
-    why, and otherwise (a peer killed by a signal or out of memory records nothing) rank 0
-    says that contact was lost and what the collective reported.
+    why; otherwise (a peer killed by a signal or out of memory records nothing) the first
+    surviving rank to get there says so, with what the collective reported.
     """
     text = err.line() if isinstance(err, UserError) else str(err).strip()
     first = text.splitlines()[0][:300] if text else type(err).__name__
@@ -307,13 +308,19 @@ def failure_line(err: BaseException, wait_s: float = 10.0) -> str | None:
     if not is_peer_loss(err):
         record_failure(first)
         return f"rank {rank}: {first}"
-    reports = failure_reports(wait_s)
-    if reports:
-        return None
-    if not _CONTEXT.is_main:
+    if failure_reports(wait_s) or not _first_to_speak():
         return None
     return (
-        f"rank {rank}: lost contact with another rank, which reported no error (killed by a "
-        f"signal or out of memory?): {first}. see the launcher's exit codes above for which "
-        "rank, then rerun with --resume auto"
+        f"rank {rank}: the distributed job failed: another rank stopped without reporting an "
+        f"error (killed by a signal or out of memory?) ({first}). the launcher's exit codes "
+        "above name it; rerun with --resume auto"
     )
+
+
+def _first_to_speak() -> bool:
+    """True on exactly one of the ranks that lost a silent peer (True where the store is gone
+    too: each survivor then speaks for itself)."""
+    try:
+        return int(_store().add("trainforge/lost-peer-speaker", 1)) == 1
+    except Exception:  # the store went with its host
+        return True
