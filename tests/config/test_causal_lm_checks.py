@@ -16,7 +16,7 @@ LM = ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text", "data.train_f
         (["model.arch=vit"], "model.arch = 'vit': task causal-lm needs model.arch = 'hf'"),
         (["data.dataset=digits"], "data.dataset = 'digits': task causal-lm reads text records"),
         (["data.train_file=null"], "data.train_file is not set"),
-        (["data.train_file=d.csv"], "data.train_file = 'd.csv': unknown format"),
+        (["data.train_file=d.parquet"], "data.train_file = 'd.parquet': unknown format"),
         (["data.prompt_template=Question"], "data.prompt_template = 'Question': must contain"),
         (["output.model_name=a/b"], "output.model_name = 'a/b': must be a plain folder name"),
         (["lora.target_modules=[]"], "lora.target_modules = []: names no module"),
