@@ -28,7 +28,6 @@ from PIL import Image
 from fakes.in_process import run_in_process
 from fakes.tiny_lm import RECORDS
 
-REPO = Path(__file__).resolve().parents[2]
 RUN_NAME = "broken"
 OUTPUT_MODEL = "should-not-exist"
 
@@ -70,7 +69,6 @@ def _corrupt_image(tmp: Path, _model: Path) -> list[str]:
 def _truncated_png(tmp: Path, _model: Path) -> list[str]:
     root = good_images(tmp / "imgs")
     big = png(root / "dog" / "big.png", 7, size=(64, 64))
-    np.random.default_rng(0)
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8)).save(big)
     data = big.read_bytes()
     big.write_bytes(data[: len(data) // 2])
