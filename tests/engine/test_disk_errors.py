@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes.in_process import run_in_process
 
+from fakes.in_process import run_in_process
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.trainer import Trainer
 from trainforge.storage import StorageError
