@@ -474,10 +474,17 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
 
 
 # ------------------------------------------------------------------ compatibility
-def check_format(folder: Path, meta: Mapping[str, Any]) -> None:
+def check_format(folder: Path, meta: Mapping[str, Any] | None = None) -> None:
     """Refuse, in one line, a checkpoint whose layout this trainforge does not know.
 
-    Checkpoints from before the format number was recorded have the layout of format 1."""
+    Reads only meta.json (when `meta` is not given), so a caller can check a resume point
+    before it writes anything. Checkpoints from before the format number was recorded have
+    the layout of format 1."""
+    if meta is None:
+        try:
+            meta = read_meta(folder)
+        except (OSError, ValueError):
+            return  # `verify` / `load_checkpoint` report a damaged folder
     saved = meta.get("format", 1)
     if isinstance(saved, int) and saved == FORMAT:
         return
