@@ -16,7 +16,19 @@ Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints: bes
 step and epoch, config hash, timestamp, the newest checkpoint (the seed notes' metadata).
 
 `CheckpointWriter` runs the write on a background thread after the trainer has copied the
-state to CPU memory, so the loop stalls only for the copy.
+state to CPU memory, so the loop stalls only for the copy. A write the disk refuses (full,
+read-only) becomes a one-line `StorageError` naming the space needed and the intact
+checkpoint to resume from; `checkpoint.on_save_error` chooses between stopping and training
+on without that save.
+
+Every byte is written once and hashed on its way to the disk (`checkpoint_write`), so the
+manifest needs no second read; rotation trusts folders this process wrote or verified while
+their files are unchanged. `meta.json` records the layout's `FORMAT`; loading refuses another
+format, and `check_model_fits` refuses weights of another model, each in one line that says
+what differs. `space_warning` tells a run before it starts that its checkpoints will not fit.
+
+The module is longer than 400 lines because it is the only code that touches checkpoint
+files: writing, verifying, loading, refusing and rotating them live in one place.
 """
 
 from __future__ import annotations
@@ -177,6 +189,30 @@ def _previous_intact(root: Path, failed: Path) -> str:
     if not intact:
         return "no earlier checkpoint exists to resume from"
     return f"the previous checkpoint {intact[-1].path} is intact (resume with --resume auto)"
+
+
+def save_weights(
+    path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> Path:
+    """Write one safetensors file atomically (hidden temporary name, fsync, rename) from the
+    tensors' own memory (device tensors are copied to CPU, shared ones written in full). A
+    write the disk refuses raises `StorageError`; the file there before stays as it was."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(tmp, lambda out: write_safetensors(out, tensors, metadata))
+        tmp.replace(path)
+        _fsync_dir(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(
+            "weights",
+            path,
+            err,
+            tensor_bytes(tensors),
+            _previous_intact(path.parent / "checkpoints", path),
+        ) from None
+    return path
 
 
 class Snapshot:
