@@ -176,3 +176,22 @@ def test_snapshot_without_copy_hands_cpu_tensors_over_as_they_are():
     copied = ckpt.Snapshot().copy({"w": weight})
     assert shared["w"].data_ptr() == weight.data_ptr()
     assert copied["w"].data_ptr() != weight.data_ptr() and torch.equal(copied["w"], weight)
+
+
+def test_deferred_copy_holds_the_state_of_the_moment_the_step_waits_for_it():
+    """Weights and moments are copied off the loop; the next optimizer step waits for the
+    copy, so the snapshot holds the values at `copy` time, never a later step's."""
+    model = torch.nn.Linear(256, 256)  # 256 KiB of weights: deferred
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(2, 256)).sum().backward()
+    optimizer.step()
+    snap = ckpt.Snapshot(optimizer=optimizer)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    moment = optimizer.state[model.weight]["exp_avg"].clone()
+    saved, opt_state = snap.copy((model.state_dict(), optimizer.state_dict()))
+    optimizer.step()  # the pre-hook waits for the copy before the weights change
+    assert not torch.equal(model.weight, expected["weight"])
+    ckpt.wait_for_copies()
+    assert all(torch.equal(saved[k], expected[k]) for k in expected)
+    assert torch.equal(opt_state["state"][0]["exp_avg"], moment)
+    assert saved["weight"].data_ptr() != model.weight.data_ptr()

@@ -129,6 +129,7 @@ def save_checkpoint(
     """
     tmp = tmp or folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     meta = {**meta, "format": FORMAT}
+    wait_for_copies()  # a snapshot's deferred part has landed before any byte is written
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         manifest: dict[str, str] = {}
@@ -215,6 +216,17 @@ def save_weights(
     return path
 
 
+# Tensors at least this big that only `optimizer.step` changes are copied off the loop.
+DEFER_BYTES = 1 << 16
+_IN_FLIGHT: set[Snapshot] = set()  # snapshots whose deferred copies have not landed
+
+
+def wait_for_copies() -> None:
+    """Block until every deferred snapshot copy has landed (readers of a snapshot call it)."""
+    for snap in list(_IN_FLIGHT):
+        snap.wait_copied()
+
+
 class Snapshot:
     """Copies nested training state to CPU memory, reusing its buffers between saves.
 
@@ -227,12 +239,35 @@ class Snapshot:
     `copy=False` is for synchronous saves: nothing trains while they write, so CPU tensors
     are handed over as they are (a copy would be a needless pass over every byte) and only
     device tensors are copied to CPU memory.
+
+    `optimizer`: the weights and optimizer moments change only in `optimizer.step()`, so
+    their copy runs on a helper thread while the loop computes the next forward and
+    backward; a step pre-hook makes the next step wait until it has landed, and the
+    checkpoint readers here (`save_checkpoint`, `all_finite`) wait too. Everything else
+    (buffers, partial gradient sums, counters) is copied before `copy` returns.
     """
 
-    def __init__(self, copy: bool = True) -> None:
+    def __init__(self, copy: bool = True, optimizer: torch.optim.Optimizer | None = None) -> None:
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._pin = torch.cuda.is_available()
         self._copy_cpu = copy
+        self._optimizer = optimizer if copy else None
+        self._stable: set[int] = set()
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._copier: threading.Thread | None = None
+        self._copy_error: BaseException | None = None
+        if self._optimizer is not None:
+            self._optimizer.register_step_pre_hook(lambda *_: self.wait_copied())
+
+    def _stable_storages(self) -> set[int]:
+        """Data pointers of what only `optimizer.step` writes: parameters and moments."""
+        opt = self._optimizer
+        if opt is None:
+            return set()
+        ptrs = {p.data_ptr() for group in opt.param_groups for p in group["params"]}
+        for per_param in opt.state.values():
+            ptrs.update(t.data_ptr() for t in per_param.values() if isinstance(t, torch.Tensor))
+        return ptrs
 
     def _tensor(self, key: tuple, value: torch.Tensor) -> torch.Tensor:
         value = value.detach()
@@ -242,14 +277,47 @@ class Snapshot:
         if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
             buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=self._pin)
             self._buffers[key] = buffer
-        buffer.copy_(value, non_blocking=value.device.type == "cuda")
+        big = value.numel() * value.element_size() >= DEFER_BYTES
+        if big and value.data_ptr() in self._stable:
+            self._pending.append((buffer, value))
+        else:
+            buffer.copy_(value, non_blocking=value.device.type == "cuda")
         return buffer
 
     def copy(self, obj: Any, key: tuple = ()) -> Any:
+        self.wait_copied()
+        self._stable = self._stable_storages()
         result = self._copy(obj, key)
         if self._pin:
             torch.cuda.synchronize()  # non-blocking device-to-host copies have landed
+        if self._pending:
+            pending, self._pending = self._pending, []
+            _IN_FLIGHT.add(self)
+            self._copier = threading.Thread(
+                target=self._fill, args=(pending,), name="checkpoint-copy", daemon=True
+            )
+            self._copier.start()
         return result
+
+    def _fill(self, pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        try:
+            for buffer, value in pending:
+                buffer.copy_(value, non_blocking=value.device.type == "cuda")
+            if self._pin:
+                torch.cuda.synchronize()
+        except BaseException as err:  # raised where the copy is waited for
+            self._copy_error = err
+
+    def wait_copied(self) -> None:
+        """Block until the deferred part of the last copy has landed."""
+        copier = self._copier
+        if copier is not None:
+            copier.join()
+            self._copier = None
+            _IN_FLIGHT.discard(self)
+        if self._copy_error is not None:
+            err, self._copy_error = self._copy_error, None
+            raise err
 
     def _copy(self, obj: Any, key: tuple) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -274,6 +342,7 @@ def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
 
     A finite sum proves every element finite (a NaN or Inf element makes the sum NaN or Inf);
     only a sum that overflowed is checked element by element. One pass, no mask allocated."""
+    wait_for_copies()
     for tensor in tensors.values():
         overflowed = tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum()))
         if overflowed and not bool(torch.isfinite(tensor).all()):
