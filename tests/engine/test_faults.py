@@ -323,7 +323,7 @@ def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "save_file", full)
+    monkeypatch.setattr(ckpt, "write_safetensors", full)
     trainer.save_checkpoint("best_model")  # returns at once; the write fails behind
     with pytest.raises(UserError, match="No space left on device") as info:
         trainer.writer.wait()

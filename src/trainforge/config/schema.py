@@ -310,6 +310,11 @@ class CheckpointConfig(Section):
         True,
         description="Copy the state to CPU memory, then write it on a background thread.",
     )
+    on_save_error: Literal["stop", "continue"] = Field(
+        "stop",
+        description="A save the disk refuses (full, read-only): stop (exit 2, the previous "
+        "checkpoint intact) or continue training without that checkpoint.",
+    )
 
 
 class LoggingConfig(Section):

@@ -16,7 +16,19 @@ Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints: bes
 step and epoch, config hash, timestamp, the newest checkpoint (the seed notes' metadata).
 
 `CheckpointWriter` runs the write on a background thread after the trainer has copied the
-state to CPU memory, so the loop stalls only for the copy.
+state to CPU memory, so the loop stalls only for the copy. A write the disk refuses (full,
+read-only) becomes a one-line `StorageError` naming the space needed and the intact
+checkpoint to resume from; `checkpoint.on_save_error` chooses between stopping and training
+on without that save.
+
+Every byte is written once and hashed on its way to the disk (`checkpoint_write`), so the
+manifest needs no second read; rotation trusts folders this process wrote or verified while
+their files are unchanged. `meta.json` records the layout's `FORMAT`; loading refuses another
+format, and `check_model_fits` refuses weights of another model, each in one line that says
+what differs. `space_warning` tells a run before it starts that its checkpoints will not fit.
+
+The module is longer than 400 lines because it is the only code that touches checkpoint
+files: writing, verifying, loading, refusing and rotating them live in one place.
 """
 
 from __future__ import annotations
@@ -35,12 +47,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from trainforge.engine.checkpoint_write import tensor_bytes, write_file, write_safetensors
 from trainforge.errors import UserError
+from trainforge.storage import StorageError, storage_error
 
 MANIFEST = "manifest.json"
 RUN_META = "checkpoint_meta.json"
+# The layout above. A newer trainforge that changes it bumps FORMAT; loading a checkpoint of
+# a format this version does not know is refused in one line (see `check_format`).
+FORMAT = 1
 PERIODIC = re.compile(r"^(checkpoint_epoch_(\d+)|checkpoint-(\d+))$")
 
 
@@ -52,6 +69,24 @@ class Checkpoint:
     @property
     def global_step(self) -> int:
         return int(self.meta.get("global_step", 0))
+
+
+# Folders this process wrote or fully verified, with the (name, size, mtime, inode) of each
+# file then: rotation lists the checkpoints after every save and need not hash them again.
+_VERIFIED: dict[Path, tuple] = {}
+
+
+def _signature(folder: Path, names: list[str]) -> tuple | None:
+    try:
+        stats = [(name, (folder / name).stat()) for name in sorted(names)]
+    except OSError:
+        return None
+    return tuple((n, s.st_size, s.st_mtime_ns, s.st_ino) for n, s in stats)
+
+
+def _remember_verified(folder: Path, manifest: Mapping[str, str]) -> None:
+    names = [*manifest, MANIFEST]
+    _VERIFIED[folder] = (names, _signature(folder, names))
 
 
 def _sha256(path: Path) -> str:
@@ -86,45 +121,110 @@ def save_checkpoint(
 ) -> Path:
     """Write one checkpoint atomically and return its final path.
 
-    `model_state` None: the weights are already in `tmp` (a sharded `dcp/` folder written by
-    every rank through torch.distributed.checkpoint); this adds the rest and commits.
+    Every file is hashed while it is written (no second read); the files are fsynced
+    together, the manifest last, then the folder is renamed into place. `model_state` None:
+    the weights are already in `tmp` (a sharded `dcp/` folder written by every rank through
+    torch.distributed.checkpoint); this adds the rest and commits. A write the disk refuses
+    raises `StorageError` naming the space needed; the previous checkpoint stays as it was.
     """
     tmp = tmp or folder.parent / f".tmp-{folder.name}-{os.getpid()}"
+    meta = {**meta, "format": FORMAT}
+    wait_for_copies()  # a snapshot's deferred part has landed before any byte is written
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
+        manifest: dict[str, str] = {}
         if model_state is not None:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            tensors, storages = {}, set()
-            for key, value in model_state.items():
-                tensor = value.detach().contiguous().cpu()
-                ptr = tensor.untyped_storage().data_ptr()
-                tensors[key] = tensor.clone() if ptr in storages else tensor  # untie shared
-                storages.add(ptr)
-            save_file(tensors, str(tmp / "model.safetensors"))
-        torch.save(dict(state), tmp / "state.pt")
-        (tmp / "config.yaml").write_text(config_yaml, encoding="utf-8")
-        (tmp / "meta.json").write_text(json.dumps(dict(meta), indent=2), encoding="utf-8")
-        files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        manifest = {name: _sha256(tmp / name) for name in files}
-        for name in files:
+            manifest["model.safetensors"] = write_file(
+                tmp / "model.safetensors", lambda out: write_safetensors(out, model_state), False
+            )
+        else:  # shards other ranks wrote: hashed by reading them back
+            for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+                manifest[str(path.relative_to(tmp))] = _sha256(path)
+        manifest.update(_write_small_files(tmp, state, meta, config_yaml))
+        text = json.dumps(dict(sorted(manifest.items())), indent=2).encode("utf-8")
+        write_file(tmp / MANIFEST, lambda out: out.write(text), False)
+        for name in [*manifest, MANIFEST]:  # data first, the manifest last
             _fsync_file(tmp / name)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        _fsync_file(tmp / MANIFEST)
         _fsync_dir(tmp)
-        old = folder.parent / f".old-{folder.name}-{os.getpid()}"
-        if folder.exists():
-            folder.rename(old)
-        tmp.rename(folder)
-        _fsync_dir(folder.parent)
-        shutil.rmtree(old, ignore_errors=True)
+        _commit(tmp, folder)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(
-            f"cannot write checkpoint {folder}: {err.strerror or err}",
-            "free disk space or fix permissions; the previous checkpoint is intact",
+        needed = tensor_bytes(model_state) + tensor_bytes(state) if model_state else None
+        raise storage_error(
+            "checkpoint", folder, err, needed, _previous_intact(folder.parent, folder)
         ) from None
+    _remember_verified(folder, manifest)
     return folder
+
+
+def _write_small_files(
+    tmp: Path, state: Mapping[str, Any], meta: Mapping[str, Any], config_yaml: str
+) -> dict[str, str]:
+    """state.pt, config.yaml and meta.json, not yet fsynced: {name: sha256}."""
+    return {
+        "state.pt": write_file(tmp / "state.pt", lambda out: torch.save(dict(state), out), False),
+        "config.yaml": write_file(
+            tmp / "config.yaml", lambda out: out.write(config_yaml.encode("utf-8")), False
+        ),
+        "meta.json": write_file(
+            tmp / "meta.json", lambda out: out.write(json.dumps(meta, indent=2).encode()), False
+        ),
+    }
+
+
+def _commit(tmp: Path, folder: Path) -> None:
+    """Rename the finished temporary folder into place (replacing a same-named one)."""
+    old = folder.parent / f".old-{folder.name}-{os.getpid()}"
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    _fsync_dir(folder.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _previous_intact(root: Path, failed: Path) -> str:
+    """What the run can resume from after a failed write, checked against its manifest."""
+    intact = list_checkpoints(root)  # each one checked against its manifest
+    if not intact:
+        return "no earlier checkpoint exists to resume from"
+    return f"the previous checkpoint {intact[-1].path} is intact (resume with --resume auto)"
+
+
+def save_weights(
+    path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> Path:
+    """Write one safetensors file atomically (hidden temporary name, fsync, rename) from the
+    tensors' own memory (device tensors are copied to CPU, shared ones written in full). A
+    write the disk refuses raises `StorageError`; the file there before stays as it was."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(tmp, lambda out: write_safetensors(out, tensors, metadata))
+        tmp.replace(path)
+        _fsync_dir(path.parent)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(
+            "weights",
+            path,
+            err,
+            tensor_bytes(tensors),
+            _previous_intact(path.parent / "checkpoints", path),
+        ) from None
+    return path
+
+
+# Tensors at least this big that only `optimizer.step` changes are copied off the loop.
+DEFER_BYTES = 1 << 16
+_IN_FLIGHT: set[Snapshot] = set()  # snapshots whose deferred copies have not landed
+
+
+def wait_for_copies() -> None:
+    """Block until every deferred snapshot copy has landed (readers of a snapshot call it)."""
+    for snap in list(_IN_FLIGHT):
+        snap.wait_copied()
 
 
 class Snapshot:
@@ -134,27 +234,90 @@ class Snapshot:
     state must be a copy. Reusing the same CPU buffers (pinned when CUDA is present) makes
     a copy a plain memcpy without fresh page faults; the caller must not take a new copy
     while a write of the previous one is in flight. Copying also unties shared tensors
-    (tied embeddings), which safetensors refuses to write.
+    (tied embeddings).
+
+    `copy=False` is for synchronous saves: nothing trains while they write, so CPU tensors
+    are handed over as they are (a copy would be a needless pass over every byte) and only
+    device tensors are copied to CPU memory.
+
+    `optimizer`: the weights and optimizer moments change only in `optimizer.step()`, so
+    their copy runs on a helper thread while the loop computes the next forward and
+    backward; a step pre-hook makes the next step wait until it has landed, and the
+    checkpoint readers here (`save_checkpoint`, `all_finite`) wait too. Everything else
+    (buffers, partial gradient sums, counters) is copied before `copy` returns.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, copy: bool = True, optimizer: torch.optim.Optimizer | None = None) -> None:
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._pin = torch.cuda.is_available()
+        self._copy_cpu = copy
+        self._optimizer = optimizer if copy else None
+        self._stable: set[int] = set()
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._copier: threading.Thread | None = None
+        self._copy_error: BaseException | None = None
+        if self._optimizer is not None:
+            self._optimizer.register_step_pre_hook(lambda *_: self.wait_copied())
+
+    def _stable_storages(self) -> set[int]:
+        """Data pointers of what only `optimizer.step` writes: parameters and moments."""
+        opt = self._optimizer
+        if opt is None:
+            return set()
+        ptrs = {p.data_ptr() for group in opt.param_groups for p in group["params"]}
+        for per_param in opt.state.values():
+            ptrs.update(t.data_ptr() for t in per_param.values() if isinstance(t, torch.Tensor))
+        return ptrs
 
     def _tensor(self, key: tuple, value: torch.Tensor) -> torch.Tensor:
         value = value.detach()
+        if not self._copy_cpu and value.device.type == "cpu":
+            return value
         buffer = self._buffers.get(key)
         if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
             buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=self._pin)
             self._buffers[key] = buffer
-        buffer.copy_(value, non_blocking=value.device.type == "cuda")
+        big = value.numel() * value.element_size() >= DEFER_BYTES
+        if big and value.data_ptr() in self._stable:
+            self._pending.append((buffer, value))
+        else:
+            buffer.copy_(value, non_blocking=value.device.type == "cuda")
         return buffer
 
     def copy(self, obj: Any, key: tuple = ()) -> Any:
+        self.wait_copied()
+        self._stable = self._stable_storages()
         result = self._copy(obj, key)
         if self._pin:
             torch.cuda.synchronize()  # non-blocking device-to-host copies have landed
+        if self._pending:
+            pending, self._pending = self._pending, []
+            _IN_FLIGHT.add(self)
+            self._copier = threading.Thread(
+                target=self._fill, args=(pending,), name="checkpoint-copy", daemon=True
+            )
+            self._copier.start()
         return result
+
+    def _fill(self, pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        try:
+            for buffer, value in pending:
+                buffer.copy_(value, non_blocking=value.device.type == "cuda")
+            if self._pin:
+                torch.cuda.synchronize()
+        except BaseException as err:  # raised where the copy is waited for
+            self._copy_error = err
+
+    def wait_copied(self) -> None:
+        """Block until the deferred part of the last copy has landed."""
+        copier = self._copier
+        if copier is not None:
+            copier.join()
+            self._copier = None
+            _IN_FLIGHT.discard(self)
+        if self._copy_error is not None:
+            err, self._copy_error = self._copy_error, None
+            raise err
 
     def _copy(self, obj: Any, key: tuple) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -175,7 +338,16 @@ def snapshot(obj: Any) -> Any:
 
 
 def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
-    return all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
+    """No NaN or Inf in any floating-point tensor.
+
+    A finite sum proves every element finite (a NaN or Inf element makes the sum NaN or Inf);
+    only a sum that overflowed is checked element by element. One pass, no mask allocated."""
+    wait_for_copies()
+    for tensor in tensors.values():
+        overflowed = tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum()))
+        if overflowed and not bool(torch.isfinite(tensor).all()):
+            return False
+    return True
 
 
 @functools.cache
@@ -201,8 +373,14 @@ def write_run_meta(root: Path, meta: Mapping[str, Any]) -> None:
     data["latest"] = meta.get("name")
     data["latest_step"] = meta.get("global_step")
     tmp = root / f".{RUN_META}.tmp"
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    tmp.replace(root / RUN_META)
+    try:
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        tmp.replace(root / RUN_META)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(
+            "checkpoint summary", root / RUN_META, err, 4096, _previous_intact(root, root)
+        ) from None
 
 
 def read_run_meta(root: Path) -> dict[str, Any]:
@@ -237,25 +415,38 @@ def recover(root: Path) -> list[str]:
 class CheckpointWriter:
     """Runs checkpoint writes one at a time, on a background thread or inline.
 
-    A write's error (disk full, permission denied) is raised on the training thread at the
-    next `submit` or `wait`, as the `UserError` the write produced.
+    A write's error is raised on the training thread at the next `submit`, `wait` or
+    `check`, as the `UserError` the write produced. With `on_error="continue"` a write the
+    disk refuses (`StorageError`: full, read-only) is reported in one line instead and
+    training goes on without that checkpoint; any other error is still raised.
     """
 
-    def __init__(self, background: bool = True) -> None:
+    def __init__(self, background: bool = True, on_error: str = "stop") -> None:
         self.background = background
+        self.on_error = on_error
+        self.skipped: list[str] = []  # the lines of the writes dropped under "continue"
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def _run(self, job: Callable[[], None]) -> None:
         try:
             job()
+        except StorageError as err:
+            if self.on_error != "continue":
+                self._error = err
+                return
+            line = f"checkpoint not written, training continues: {err.line()}"
+            self.skipped.append(line)
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
         except BaseException as err:  # re-raised on the training thread
             self._error = err
 
     def submit(self, job: Callable[[], None]) -> None:
         self.wait()
         if not self.background:
-            job()
+            self._run(job)
+            self.check()
             return
         self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer")
         self._thread.start()
@@ -264,17 +455,28 @@ class CheckpointWriter:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def check(self) -> None:
+        """Raise a finished write's error now, without waiting for a write in flight."""
+        if self._error is not None and not self.busy:
+            err, self._error = self._error, None
+            raise err
+
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+        self.check()
 
 
-def verify(folder: Path) -> str | None:
-    """None when the checkpoint is complete and intact, else the reason it is not."""
+def verify(folder: Path, *, cached: bool = False) -> str | None:
+    """None when the checkpoint is complete and intact, else the reason it is not.
+
+    `cached`: a folder this process wrote or verified, whose files have not changed since
+    (same size, modification time and inode), is not hashed again."""
+    if cached and folder in _VERIFIED:
+        names, signature = _VERIFIED[folder]
+        if signature is not None and _signature(folder, names) == signature:
+            return None
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         return "no manifest (incomplete write)"
@@ -288,6 +490,7 @@ def verify(folder: Path) -> str | None:
             return f"missing {name}"
         if _sha256(path) != digest:
             return f"checksum mismatch in {name}"
+    _remember_verified(folder, manifest)
     return None
 
 
@@ -306,6 +509,7 @@ def load_checkpoint(
     problem = verify(folder)
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
+    check_format(folder, read_meta(folder))
     sharded = (folder / "dcp").is_dir()
     model_state = None if sharded else load_file(str(folder / "model.safetensors"))
     try:
@@ -335,15 +539,17 @@ def _report_skipped(folder: Path, problem: str) -> None:
     sys.stdout.flush()
 
 
-def list_checkpoints(root: Path) -> list[Checkpoint]:
-    """Verified checkpoints under `root`, oldest first by global step; bad ones reported."""
+def list_checkpoints(root: Path, *, cached: bool = False) -> list[Checkpoint]:
+    """Verified checkpoints under `root`, oldest first by global step; bad ones reported.
+
+    `cached`: trust folders this process already verified and that have not changed."""
     found = []
     if not root.is_dir():
         return found
     for folder in sorted(root.iterdir()):
         if not folder.is_dir() or folder.name.startswith("."):
             continue
-        problem = verify(folder)
+        problem = verify(folder, cached=cached)
         if problem:
             _report_skipped(folder, problem)
             continue
@@ -360,7 +566,7 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
     """Delete the oldest periodic checkpoints beyond `keep`; best/time-limit/newest stay."""
     if keep is None:
         return []
-    found = list_checkpoints(root)  # verifying hashes every file: list once
+    found = list_checkpoints(root, cached=True)  # folders written here are not re-hashed
     periodic = [c for c in found if PERIODIC.match(c.path.name)]
     newest = found[-1] if found else None
     removed = []
@@ -370,3 +576,112 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
         shutil.rmtree(ckpt.path, ignore_errors=True)
         removed.append(ckpt.path)
     return removed
+
+
+# ------------------------------------------------------------------ compatibility
+def check_format(folder: Path, meta: Mapping[str, Any] | None = None) -> None:
+    """Refuse, in one line, a checkpoint whose layout this trainforge does not know.
+
+    Reads only meta.json (when `meta` is not given), so a caller can check a resume point
+    before it writes anything. Checkpoints from before the format number was recorded have
+    the layout of format 1."""
+    if meta is None:
+        try:
+            meta = read_meta(folder)
+        except (OSError, ValueError):
+            return  # `verify` / `load_checkpoint` report a damaged folder
+    saved = meta.get("format", 1)
+    if isinstance(saved, int) and saved == FORMAT:
+        return
+    written_by = (meta.get("versions") or {}).get("trainforge", "an unknown version")
+    raise UserError(
+        f"checkpoint {folder} was written by trainforge {written_by} with checkpoint format "
+        f"{saved}, this trainforge {_own_version()} reads format {FORMAT}",
+        f"load it with trainforge {written_by}, or start a new run",
+    )
+
+
+def _own_version() -> str:
+    return library_versions().get("trainforge", "(version unknown)")
+
+
+def check_model_fits(
+    folder: Path,
+    saved: Mapping[str, torch.Tensor],
+    current: Mapping[str, torch.Tensor],
+    model_config: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse, in one line, weights that do not fit the model this config builds.
+
+    The line names the first model setting that differs between the checkpoint's saved
+    config and `model_config` (e.g. `embedding_dim 192, this config has 384`) when there is
+    one, and the first tensor that differs (name and shapes) in any case."""
+    missing = sorted(set(current) - set(saved))
+    extra = sorted(set(saved) - set(current))
+    changed = [k for k, v in current.items() if k in saved and saved[k].shape != v.shape]
+    if not (missing or extra or changed):
+        return
+    if changed:
+        first = (
+            f"{changed[0]} {tuple(saved[changed[0]].shape)} here {tuple(current[changed[0]].shape)}"
+        )
+    else:
+        first = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
+    counts = f"{len(changed)} changed, {len(missing)} missing, {len(extra)} extra tensors"
+    setting = _model_setting_diff(folder, model_config)
+    what = f"was written for {setting}" if setting else "holds a different model"
+    raise UserError(
+        f"checkpoint {folder} {what} ({counts}; first: {first})",
+        "use the model settings the checkpoint was trained with, or start a new run",
+    )
+
+
+def _model_setting_diff(folder: Path, model_config: Mapping[str, Any] | None) -> str | None:
+    """`model vit embedding_dim 192, this config has 384` from the saved config, or None."""
+    if model_config is None:
+        return None
+    try:
+        import yaml
+
+        saved = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, ImportError):
+        return None
+    saved_model = saved.get("model") if isinstance(saved, dict) else None
+    if not isinstance(saved_model, dict):
+        return None
+    arch = saved_model.get("arch") or saved_model.get("name") or ""
+    for key, value in model_config.items():
+        if key in saved_model and saved_model[key] != value:
+            label = f"model {arch} {key}".replace("  ", " ")
+            return f"{label} {saved_model[key]}, this config has {value}"
+    return None
+
+
+# ------------------------------------------------------------------ disk space
+def estimate_bytes(model: torch.nn.Module, optimizer_slots: int = 2) -> int:
+    """Bytes of one checkpoint of `model`: the weights plus `optimizer_slots` tensors of the
+    same size per trainable weight (AdamW keeps two moments)."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return weights + optimizer_slots * trainable
+
+
+def space_warning(run_dir: Path, bytes_per_checkpoint: int, num_kept: int) -> str | None:
+    """One warning line when the disk under `run_dir` cannot hold `num_kept` checkpoints of
+    `bytes_per_checkpoint` (those already in RUN/checkpoints count as written); else None."""
+    from trainforge.storage import free_bytes, size_text
+
+    free = free_bytes(run_dir)
+    if free is None:
+        return None
+    root = Path(run_dir) / "checkpoints"
+    present = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
+    need = max(0, bytes_per_checkpoint * num_kept - present)
+    if need <= free:
+        return None
+    return (
+        f"warning: checkpoints need about {size_text(need)} at {run_dir} ({num_kept} x "
+        f"{size_text(bytes_per_checkpoint)}), only {size_text(free)} free; a save that does "
+        "not fit stops the run (checkpoint.on_save_error) - free space, lower "
+        "checkpoint.save_total_limit, or set output.dir to a bigger disk"
+    )

@@ -24,9 +24,11 @@ import torch
 import yaml
 
 from trainforge.errors import UserError
+from trainforge.storage import ACCESS_ERRNOS, SPACE_ERRNOS, storage_error
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
+DISK_ERRNOS = SPACE_ERRNOS | ACCESS_ERRNOS
 EXPORT_HINT = "pass an artifact folder written by `trainforge export` (e.g. runs/NAME/export/onnx)"
 
 
@@ -51,22 +53,48 @@ class ArtifactDir:
         self.tmp = root / f".tmp-{name}-{os.getpid()}"
 
     def __enter__(self) -> Path:
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir()
+        try:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp.mkdir()
+        except OSError as err:
+            raise _write_error(self.final, err, None) from None
         return self.tmp
 
     def __exit__(
         self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc_type is not None:
+            written = _bytes_in(self.tmp)
             shutil.rmtree(self.tmp, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:  # one line, no traceback
+                raise _write_error(self.final, exc, written) from None
             return
         old = self.final.parent / f".old-{self.final.name}-{os.getpid()}"
-        if self.final.exists():
-            self.final.rename(old)
-        self.tmp.rename(self.final)
+        try:
+            if self.final.exists():
+                self.final.rename(old)
+            self.tmp.rename(self.final)
+        except OSError as err:
+            if old.exists() and not self.final.exists():
+                old.rename(self.final)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise _write_error(self.final, err, None) from None
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _bytes_in(folder: Path) -> int | None:
+    """Bytes written into `folder` before a write failed (at least what it needs)."""
+    try:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) or None
+    except OSError:
+        return None
+
+
+def _write_error(final: Path, err: OSError, written: int | None) -> UserError:
+    return storage_error(
+        "export", final, err, written, "the run, its checkpoints and earlier exports are intact"
+    )
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ import torch
 from trainforge.errors import UserError
 from trainforge.export.artifacts import Artifact, find_artifacts
 from trainforge.export.measure import Latency, measure_latency
+from trainforge.storage import storage_error
 
 # The embedded profile of the training-pipeline guide: "Post-optimization inference: <5ms".
 EDGE_TARGET_MS = 5.0
@@ -145,5 +146,11 @@ def render(rows: list[BenchRow], batch_size: int) -> str:
 
 def write_json(path: Path, rows: list[BenchRow], settings: dict[str, Any]) -> None:
     payload = {"settings": settings, "rows": [r.as_dict() for r in rows]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(payload, indent=2) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise storage_error(
+            "benchmark results", path, err, len(text), "the exported artifacts are intact"
+        ) from None

@@ -75,6 +75,7 @@ def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     problem = ckpt.verify(folder)
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
+    ckpt.check_format(folder, ckpt.read_meta(folder))
     return _read(folder, run_dir, folder / FINAL_MODEL, folder / "config.yaml")
 
 

@@ -20,10 +20,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainforge.errors import UserError
 from trainforge.observe.report_data import ClassTable, class_table, load_run
 from trainforge.observe.report_html import PLOTS_OFF, balance_line, render_html
 from trainforge.observe.report_plots import Plot, plot_specs, render
+from trainforge.storage import storage_error
 
 
 @dataclass
@@ -47,16 +47,22 @@ def _build(run_dir: Path) -> Built:
     plots = render(plot_specs(data), data.confusion)
     classes = class_table(data.confusion) if data.confusion is not None else None
     path = run_dir / "report.html"
+    page = render_html(data, plots, classes)
+    tmp = path.with_name(".report.html.tmp")
     try:
         _write_pngs(run_dir / "report", plots or [])
-        page = render_html(data, plots, classes)
-        tmp = path.with_name(".report.html.tmp")
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as error:
-        raise UserError(
-            f"cannot write the report in {run_dir}: {error.strerror or error}",
-            "make the run folder writable, or copy it somewhere writable and report that",
+        tmp.unlink(missing_ok=True)
+        needed = len(page.encode("utf-8")) + sum(len(p.png) for p in plots or [])
+        raise storage_error(
+            "the report",
+            path,
+            error,
+            needed,
+            "checkpoints and metrics are not affected; run `trainforge report RUN` again "
+            "when there is room",
         ) from None
     return Built(path, plots, classes)
 

@@ -1,0 +1,123 @@
+"""Checkpoints from another model or another trainforge version: refused in one line that
+says what differs, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fakes.in_process import run_in_process
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = [
+    str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
+    "--set", "model.embedding_dim=16", "--set", "model.num_layers=1",
+    "--set", "model.num_heads=2", "--set", "model.mlp_size=16",
+    "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
+    "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
+    "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
+]  # fmt: skip
+
+
+def save(folder: Path, model: dict, **meta) -> Path:
+    return ckpt.save_checkpoint(
+        folder,
+        model_state={"embed.weight": torch.zeros(4, model["embedding_dim"])},
+        state={"epoch": 0},
+        meta={"global_step": 2, **meta},
+        config_yaml=yaml.safe_dump({"model": model}),
+    )
+
+
+def restamp(folder: Path, **changes) -> None:
+    """Change meta.json and re-sign the manifest, as another trainforge would have written."""
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.update(changes)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["meta.json"] = ckpt._sha256(folder / "meta.json")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_checkpoints_record_their_format_and_a_newer_format_is_refused(tmp_path):
+    folder = save(tmp_path / "checkpoint-2", {"arch": "vit", "embedding_dim": 8})
+    assert ckpt.read_meta(folder)["format"] == ckpt.FORMAT
+    ckpt.load_checkpoint(folder)  # this version's own format loads
+    ckpt.check_format(folder)
+    restamp(folder, format=ckpt.FORMAT + 1, versions={"trainforge": "9.9.0"})
+    with pytest.raises(UserError, match="checkpoint format"):
+        ckpt.check_format(folder)  # from meta.json alone, before anything is loaded
+    with pytest.raises(UserError) as info:
+        ckpt.load_checkpoint(folder)
+    line = info.value.line()
+    assert "\n" not in line and str(folder) in line
+    assert f"written by trainforge 9.9.0 with checkpoint format {ckpt.FORMAT + 1}" in line
+    assert f"reads format {ckpt.FORMAT}" in line
+
+
+def test_a_checkpoint_from_before_the_format_number_still_loads(tmp_path):
+    folder = save(tmp_path / "checkpoint-2", {"arch": "vit", "embedding_dim": 8})
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["format"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    restamp(folder)
+    _, _, loaded = ckpt.load_checkpoint(folder)
+    assert "format" not in loaded
+
+
+def test_another_model_names_the_setting_that_differs(tmp_path):
+    folder = save(tmp_path / "checkpoint-2", {"arch": "vit", "embedding_dim": 192})
+    saved, _, _ = ckpt.load_checkpoint(folder)
+    current = {"embed.weight": torch.zeros(4, 384)}
+    with pytest.raises(UserError) as info:
+        ckpt.check_model_fits(folder, saved, current, {"arch": "vit", "embedding_dim": 384})
+    line = info.value.line()
+    assert "\n" not in line
+    assert f"checkpoint {folder} was written for model vit embedding_dim 192, " in line
+    assert "this config has 384" in line and "embed.weight (4, 192) here (4, 384)" in line
+    # Without the config, the first tensor that differs still says it.
+    with pytest.raises(UserError, match=r"holds a different model .*embed\.weight"):
+        ckpt.check_model_fits(folder, saved, current)
+    # Settings that change no shape (dropout) are not a reason to refuse.
+    ckpt.check_model_fits(folder, saved, {"embed.weight": torch.zeros(4, 192)}, {"dropout": 0.5})
+
+
+def test_resume_and_export_refuse_another_format_without_writing(tmp_path, monkeypatch, capsys):
+    args = ["--set", f"output.dir={tmp_path}", "--set", "training.max_steps=2"]
+    status, _out, err = run_in_process(monkeypatch, capsys, "train", *TINY, *args)
+    assert status == 0, err
+    run_dir = tmp_path / "vit_digits"
+    folder = run_dir / "checkpoints" / "checkpoint-2"
+    restamp(folder, format=ckpt.FORMAT + 1, versions={"trainforge": "9.9.0"})
+    (run_dir / "model.safetensors").unlink()  # export then reads the checkpoint
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in folder.parent.rglob("*"))
+    for command in (
+        ["train", *TINY, *args, "--resume_from", str(folder)],
+        ["export", str(folder), "--format", "safetensors"],
+    ):
+        status, out, err = run_in_process(monkeypatch, capsys, *command)
+        assert status == 2, (out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert str(folder) in lines[0] and f"checkpoint format {ckpt.FORMAT + 1}" in lines[0]
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in folder.parent.rglob("*")) == before
+    assert not (run_dir / "export").exists()
+
+
+def test_resuming_with_another_embedding_dim_is_one_line(tmp_path, monkeypatch, capsys):
+    args = ["--set", f"output.dir={tmp_path}", "--set", "training.max_steps=2"]
+    status, _out, err = run_in_process(monkeypatch, capsys, "train", *TINY, *args)
+    assert status == 0, err
+    folder = tmp_path / "vit_digits" / "checkpoints" / "checkpoint-2"
+    wider = [*args, "--set", "model.embedding_dim=32", "--resume_from", str(folder)]
+    status, out, err = run_in_process(monkeypatch, capsys, "train", *TINY, *wider)
+    assert status == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and str(folder) in lines[0], err
+    assert ckpt.verify(folder) is None
