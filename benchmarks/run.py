@@ -22,9 +22,14 @@ from common import machine_line  # noqa: E402
 # (module, ratio key, target, "<=" or ">=" or "info"): an "info" row has no target of its
 # own and is printed as measured (e.g. 2-process scaling on a 2-core machine).
 BENCHMARKS = [
+    ("whole_job", "whole_job_ratio", 1.05, "<="),
+    ("whole_job", "whole_job_startup_extra_s", 1.5, "<="),
+    ("whole_job", "whole_job_accuracy_delta", 0.0, ">="),
     ("checkpoint_stall", "checkpoint_stall_ratio", 0.25, "<="),
     ("web_load", "web_poll_p99_ms", 200.0, "<="),
     ("web_load", "web_poll_slowdown", 0.05, "<="),
+    ("web_queue", "web_two_runs_queued_vs_sequential", 1.1, "<="),
+    ("web_queue", "web_two_runs_parallel_vs_sequential", None, "info"),
     ("observability", "observability_throughput_ratio", 0.98, ">="),
     ("scaling", "scaling_2_procs", None, "info"),
     ("scaling", "scaling_2_gpus", None, "info"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -31,6 +32,7 @@ def test_the_plain_script_trains_the_main_jobs_recipe():
     assert RECIPE["crop_padding"] == config["data"]["random_crop_padding"]
 
 
+@pytest.mark.slow  # two whole training processes
 def test_whole_job_times_both_processes_and_splits_them():
     text, ratios = whole_job.run(epochs=1, pairs=1, warmup=0)
     assert "trainforge train" in text and "plain PyTorch script" in text
