@@ -10,7 +10,7 @@ file is Chrome trace JSON: https://ui.perfetto.dev opens it as is, and
 `tensorboard --logdir runs/NAME` shows it with the PyTorch profiler plugin installed.
 
 Off by default and free when off: the run adds this callback only when `profile_steps` is
-set, so an unprofiled run never imports this module nor pays a per-step check.
+set, so an unprofiled run has no profiler object and no per-step check at all.
 Considered: torch.profiler's own `schedule(wait, warmup, active)`, which would need the
 profiler object alive (and stepped) from the first step; starting it at the window is
 simpler and counts steps from where the run starts, so a resumed run profiles too.
