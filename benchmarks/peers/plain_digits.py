@@ -58,7 +58,7 @@ def load_data(val_fraction: float):
 def random_crop(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
     """Zero-pad by `padding` and crop back at a random offset per image (one gather)."""
     b, c, h, w = images.shape
-    padded = F.pad(images, (padding,) * 4)
+    padded = F.pad(images, (padding,) * 4, value=-MEAN / STD)  # a black pixel, normalised
     oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator)
     ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator)
     rows = (oy[:, None] + torch.arange(h))[:, None, :, None]
@@ -92,8 +92,8 @@ def main() -> None:
         image_size=8, channels=1, num_classes=10, patch_size=4, embedding_dim=128,
         num_layers=4, num_heads=4, mlp_size=256, attention_dropout=0.0, mlp_dropout=0.0,
     )  # fmt: skip
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "_embed" not in n]
-    decay = [p for p in decay if p is not model.cls_token]
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and n != "pos_embed"]
+    decay = [p for p in decay if p is not model.cls_token]  # as trainforge: no decay on either
     rest = [p for p in model.parameters() if all(p is not d for d in decay)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": r["weight_decay"]}, {"params": rest, "weight_decay": 0}],
