@@ -12,8 +12,9 @@ in alternating order:
 - together, 2 in parallel: `max_parallel_runs=2`, each child with half the cores (info).
 Target: together (default) <= 1.1x one after the other.
 
-The runs are the main job's recipe shortened to `epochs` (warm-up 1 epoch), through the
-real `trainforge train` the app starts, in an in-process app (FastAPI's TestClient).
+The runs are the main job's recipe shortened to `epochs` (warm-up 1 epoch, none for one),
+through the real `trainforge train` the app starts, in an in-process app (FastAPI's
+TestClient).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _form(name: str, epochs: int) -> dict:
     return {
         "config": "config/vit_digits.yaml", "output_name": name, "epochs": epochs,
         "profile": "cpu", "overwrite": True,
-        "overrides": ["schedule.warmup_epochs=1", "hardware.telemetry=false"],
+        "overrides": [f"schedule.warmup_epochs={min(1, epochs - 1)}", "hardware.telemetry=false"],
     }  # fmt: skip
 
 
