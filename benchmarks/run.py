@@ -1,12 +1,16 @@
 """`make bench`: every benchmark side by side in one run, one table each, then the verdicts.
 
 Each module's `run()` returns (table text, {ratio name: value}); targets are checked here.
+A module that raises (or whose subprocess dies, which its `run()` reports by raising) becomes
+a MISS row per ratio with the reason, and the other modules still run: one crash never
+hides the other figures.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -18,10 +22,15 @@ from common import machine_line  # noqa: E402
 # (module, ratio key, target, "<=" or ">=" or "info"): an "info" row has no target of its
 # own and is printed as measured (e.g. 2-process scaling on a 2-core machine).
 BENCHMARKS = [
+    ("whole_job", "whole_job_ratio", 1.05, "<="),
+    ("whole_job", "whole_job_startup_extra_s", 1.5, "<="),
+    ("whole_job", "whole_job_accuracy_delta", 0.0, ">="),
     ("checkpoint_stall", "checkpoint_sync_ratio", 1.5, "<="),
     ("checkpoint_stall", "checkpoint_stall_ratio", 0.05, "<="),
     ("web_load", "web_poll_p99_ms", 200.0, "<="),
     ("web_load", "web_poll_slowdown", 0.05, "<="),
+    ("web_queue", "web_two_runs_queued_vs_sequential", 1.1, "<="),
+    ("web_queue", "web_two_runs_parallel_vs_sequential", None, "info"),
     ("observability", "observability_throughput_ratio", 0.98, ">="),
     ("scaling", "scaling_2_procs", None, "info"),
     ("scaling", "scaling_2_gpus", None, "info"),
@@ -41,29 +50,50 @@ BENCHMARKS = [
 ]
 
 
-def main() -> int:
+def run_module(module_name: str) -> tuple[str, dict[str, float], str | None]:
+    """(table text, ratios, None), or ("", {}, one-line reason) when the module failed."""
     import importlib
 
+    try:
+        text, ratios = importlib.import_module(module_name).run()
+    except (Exception, SystemExit) as err:  # any failure is a MISS row
+        traceback.print_exc()
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return "", {}, f"{type(err).__name__}: {first}"[:200].rstrip(": ")
+    return text, ratios, None
+
+
+def verdict(key: str, value: float | None, target, direction: str, module_name: str) -> str:
+    if value is None:  # e.g. the GPU benchmark on a machine without CUDA
+        return f"SKIP  {key} (not measured here, see {module_name} above)"
+    if direction == "info":
+        return f"INFO  {key} = {value:.3f} (no target; see {module_name} above)"
+    ok = value <= target if direction == "<=" else value >= target
+    return f"{'PASS' if ok else 'MISS'}  {key} = {value:.3f} (target {direction} {target})"
+
+
+def main(benchmarks=None) -> int:
+    benchmarks = BENCHMARKS if benchmarks is None else benchmarks
     print(f"machine: {machine_line()}\n")
     verdicts = []
     results: dict[str, dict[str, float]] = {}  # a module with several ratios runs once
-    for module_name, key, target, direction in BENCHMARKS:
+    failures: dict[str, str] = {}
+    for module_name, key, target, direction in benchmarks:
         if module_name not in results:
             started = time.perf_counter()
-            text, results[module_name] = importlib.import_module(module_name).run()
-            print(f"{text}\n({module_name}: {time.perf_counter() - started:.0f} s)\n", flush=True)
-        value = results[module_name].get(key)
-        if value is None:  # e.g. the GPU benchmark on a machine without CUDA
-            verdicts.append(f"SKIP  {key} (not measured here, see {module_name} above)")
+            text, results[module_name], failure = run_module(module_name)
+            took = time.perf_counter() - started
+            if failure is not None:
+                failures[module_name] = failure
+                print(f"({module_name}: FAILED after {took:.0f} s: {failure})\n", flush=True)
+            else:
+                print(f"{text}\n({module_name}: {took:.0f} s)\n", flush=True)
+        if module_name in failures:
+            verdicts.append(f"MISS  {key} ({module_name} failed: {failures[module_name]})")
             continue
-        if direction == "info":
-            verdicts.append(f"INFO  {key} = {value:.3f} (no target; see {module_name} above)")
-            continue
-        ok = value <= target if direction == "<=" else value >= target
-        verdicts.append(f"{'PASS' if ok else 'MISS'}  {key} = {value:.3f} (target {direction} "
-                        f"{target})")  # fmt: skip
+        verdicts.append(verdict(key, results[module_name].get(key), target, direction, module_name))
     print("\n".join(verdicts))
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

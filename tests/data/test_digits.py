@@ -54,3 +54,28 @@ def test_bad_val_fraction_and_unknown_dataset_are_user_errors(make_cfg) -> None:
     with pytest.raises(UserError, match="normalize_mean"):
         cfg = make_cfg(normalize_mean=[0.5, 0.5, 0.5], normalize_std=[0.5])
         build_image_data(cfg, batch_size=8, eval_batch_size=8, seed=0)
+
+
+def test_digits_read_from_the_shipped_file_equal_load_digits() -> None:
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from trainforge.data.digits import digits_file, read_digits
+
+    assert digits_file() is not None  # else the fallback would hide a slower start-up
+    pixels, labels = read_digits()
+    bunch = load_digits()
+    assert np.array_equal(pixels, bunch.images) and np.array_equal(labels, bunch.target)
+    assert labels.dtype == np.int64
+
+
+def test_loading_the_digits_does_not_import_scikit_learn() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from trainforge.data.digits import load_digits_splits; "
+        "load_digits_splits(0.2); print('sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

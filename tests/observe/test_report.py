@@ -403,3 +403,23 @@ def test_digits_run_report_through_the_cli(tmp_path, cli):
     assert "confusion" in pngs and "class-balance" in page.ids
     overall = float(page.ids["class-overall"]["value"])
     assert overall == pytest.approx(val[-1]["accuracy"], abs=1e-9)
+
+
+def test_report_off_the_path_is_written_by_a_detached_child(tmp_path):
+    from trainforge.observe.report import build_report_off_the_path
+
+    run = write_run(tmp_path)
+    path = build_report_off_the_path(run, background=True)
+    assert path == run / "report.html"
+    deadline = time.monotonic() + 120
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert path.is_file(), (run / "report.log").read_text()
+    assert "<html" in path.read_text().lower()
+
+
+def test_report_off_a_terminal_is_written_before_returning(tmp_path):
+    from trainforge.observe.report import build_report_off_the_path
+
+    run = write_run(tmp_path)
+    assert build_report_off_the_path(run).is_file()  # pytest's stdout is no terminal

@@ -339,6 +339,15 @@ class LoggingConfig(Section):
         "WANDB_API_KEY in the environment (never written to any file).",
     )
     wandb_project: str = Field("trainforge", description="W&B project name.")
+    profile_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Record torch.profiler for this many steps and write RUN/profiler/*.pt."
+        "trace.json (Perfetto, TensorBoard) plus the top operators (None: off, no cost).",
+    )
+    profile_wait_steps: int = Field(
+        5, ge=0, description="Steps before the profiler window opens (warm-up is slower)."
+    )
 
 
 class OutputConfig(Section):

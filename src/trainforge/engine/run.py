@@ -214,8 +214,9 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
     if not main:
         start_from = _resume_point(run_dir, resume_from, True)
-    if resolved.config.training.num_threads:
-        torch.set_num_threads(resolved.config.training.num_threads)
+    from trainforge.hardware.threads import thread_count
+
+    torch.set_num_threads(thread_count(resolved.config.training.num_threads))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(resolved, platform, device, start_from=start_from)
     config, lr_line = scale_learning_rate(resolved, dist.world_size)

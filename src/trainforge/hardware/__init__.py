@@ -17,7 +17,7 @@ replay recorded machines (`load_fixture`) instead of needing the hardware.
 Modules: `platform` (dataclasses), `detect` (detection, fixtures), `jetson` (L4T/JetPack),
 `slurm` (SLURM_* parsing), `nvml` (GPU query), `select` (profile and device choice),
 `jetson_wheels` (PyTorch wheels per JetPack), `doctor` / `doctor_checks` / `doctor_facts`
-(`trainforge doctor`).
+(`trainforge doctor`), `threads` (a training's CPU thread budget).
 """
 
 from trainforge.hardware.detect import detect, load_fixture

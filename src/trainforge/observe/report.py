@@ -12,11 +12,20 @@ hash), final and best of every metric (each number cell carries its exact value 
 expects it roughly balanced), hardware readings, and notes on anything missing or unreadable.
 
 `report_data` reads and derives, `report_plots` draws, `report_html` writes the page.
+
+At the end of `trainforge train` on a terminal the report is written by a detached child
+process (`build_report_off_the_path`), so the prompt comes back while matplotlib draws:
+importing matplotlib and drawing the plots take about 1 s of the main job's finish on a
+laptop CPU. Off a terminal (the web app, CI, scripts that read report.html next) it is
+written before the command returns, as before. `python -m trainforge.observe.report RUN`
+is what the child runs.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +49,25 @@ def build_report(run_dir: Path) -> Path:
     cannot be written; anything else missing or unreadable becomes a note in the report.
     """
     return _build(Path(run_dir)).path
+
+
+def build_report_off_the_path(run_dir: Path, *, background: bool | None = None) -> Path:
+    """The report's path, written now or (background, default: stdout is a terminal) by a
+    detached child whose output goes to RUN/report.log; the page appears when it is done."""
+    run_dir = Path(run_dir)
+    if background is None:
+        background = sys.stdout.isatty()
+    if not background:
+        return build_report(run_dir)
+    with (run_dir / "report.log").open("wb") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "trainforge.observe.report", str(run_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl+C at the prompt does not reach it
+        )
+    return run_dir / "report.html"
 
 
 def _build(run_dir: Path) -> Built:
@@ -86,3 +114,7 @@ def report_command(run_dir: Path) -> None:
         print(f"report: {built.path} ({len(built.plots)} plots in {built.path.parent / 'report'})")
     if built.classes is not None and built.classes.flagged:
         print(balance_line(built.classes))
+
+
+if __name__ == "__main__":
+    report_command(Path(sys.argv[1]))

@@ -4,11 +4,17 @@ Loader batches are uint8 images; `to_device` moves them to the device and runs t
 guide's augmentation there, batched (crop, flip, normalise), instead of per sample on CPU.
 The loss is cross-entropy with label smoothing: -sum(y_smooth * log p),
 y_smooth = (1 - α) y + α / K.
+
+Validation steps also count (true, predicted) pairs on the device, so the end-of-run
+confusion matrix reuses the last full validation instead of running the validation set
+through the model a second time; it recomputes when that validation does not stand for the
+final weights (a training step or a weight change since, a subset or several passes, or
+several processes each validating a shard).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +38,11 @@ class ImageClassification:
     channels_last: bool = False
     name: str = "image-classification"
     items_name: str = "samples"
+    # Confusion counts of the validation steps since the last training step, with the
+    # number of samples counted and the weights' version counters they were counted at.
+    _eval_counts: Tensor | None = field(default=None, repr=False)
+    _eval_seen: int = field(default=0, repr=False)
+    _eval_versions: tuple[int, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_config(
@@ -83,11 +94,35 @@ class ImageClassification:
         images, labels = batch
         logits = model(images)
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
-        correct = (logits.argmax(dim=1) == labels).sum()
+        predicted = logits.argmax(dim=1)
+        correct = (predicted == labels).sum()
+        if model.training:
+            self._eval_counts = None
+        else:
+            self._count_eval(labels, predicted)
         return StepOutput(loss=loss, weight=int(labels.shape[0]), sums={"correct": correct})
 
     def metrics(self, loss_sum: float, weight: int, sums: dict[str, float]) -> dict[str, float]:
         return {"loss": loss_sum / weight, "accuracy": sums.get("correct", 0.0) / weight}
+
+    def _count_eval(self, labels: Tensor, predicted: Tensor) -> None:
+        size = self.num_classes * self.num_classes
+        if self._eval_counts is None:
+            self._eval_counts = torch.zeros(size, dtype=torch.long, device=labels.device)
+            self._eval_seen = 0
+        pairs = labels * self.num_classes + predicted
+        self._eval_counts += torch.bincount(pairs, minlength=size)
+        self._eval_seen += int(labels.shape[0])
+        self._eval_versions = _versions(self.model)
+
+    def _last_eval_counts(self) -> Tensor | None:
+        """The last validation's counts when they are those of the whole validation set
+        for the current weights, on one process; else None."""
+        if self._eval_counts is None or torch.distributed.is_initialized():
+            return None
+        if self._eval_seen != len(self.val_loader.dataset):
+            return None  # a fast-validation subset, or a subset plus a full pass
+        return self._eval_counts if self._eval_versions == _versions(self.model) else None
 
     @torch.no_grad()
     def confusion_matrix(
@@ -95,6 +130,9 @@ class ImageClassification:
     ) -> tuple[list[list[int]], list[str]]:
         """Counts over the validation set: rows are true classes, columns predictions."""
         num_classes = len(self.class_names)
+        cached = self._last_eval_counts()
+        if cached is not None:
+            return cached.view(num_classes, num_classes).tolist(), list(self.class_names)
         counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
         was_training = model.training
         model.eval()
@@ -104,3 +142,8 @@ class ImageClassification:
             counts += torch.bincount(labels * num_classes + predicted, minlength=counts.numel())
         model.train(was_training)
         return counts.view(num_classes, num_classes).tolist(), list(self.class_names)
+
+
+def _versions(model: nn.Module) -> tuple[int, ...]:
+    """In-place version counters of the weights: any optimizer step or load changes one."""
+    return tuple(p._version for p in model.parameters())

@@ -55,7 +55,10 @@ class RunOut(BaseModel):
     task: str
     config: str
     profile: str
-    status: Literal["running", "stopping", "stopped", "completed", "failed"]
+    status: Literal["queued", "running", "stopping", "stopped", "completed", "failed", "cancelled"]
+    position: int | None = Field(
+        None, description="Place in the queue (1: next); None unless queued."
+    )
     message: str | None
     pid: int | None
     exit_code: int | None
@@ -134,7 +137,7 @@ def start_run(request: Request, body: TrainRequest) -> RunOut:
         form=body.model_dump(),
         output_model=form.output_name if lm else None,
     )
-    return RunOut(**state.run_view(state.runner.start(record)))
+    return RunOut(**state.run_view(state.runner.submit(record)))
 
 
 def _name_conflict(state: AppState, form: TrainForm, lm: bool) -> str | None:
@@ -177,11 +180,23 @@ async def get_run(request: Request, run_id: str) -> RunOut:
 @router.post("/runs/{run_id}/stop", status_code=202, responses={400: {}, 404: {}, 409: {}})
 def stop_run(request: Request, run_id: str) -> RunOut:
     """SIGINT: the run finishes its step, saves checkpoint_interrupted and exits 130.
-    Asked again while it is stopping: SIGTERM."""
+    Asked again while it is stopping: SIGTERM. A queued run is cancelled."""
     state = _state(request)
     _record(state, run_id)
     try:
         record = state.runner.stop(run_id)
+    except UserError as err:
+        raise HTTPException(409, err.line()) from None
+    return RunOut(**state.run_view(record))
+
+
+@router.post("/runs/{run_id}/cancel", status_code=202, responses={400: {}, 404: {}, 409: {}})
+def cancel_run(request: Request, run_id: str) -> RunOut:
+    """Take a queued run out of the queue before it starts (a running one: use stop)."""
+    state = _state(request)
+    _record(state, run_id)
+    try:
+        record = state.runner.cancel(run_id)
     except UserError as err:
         raise HTTPException(409, err.line()) from None
     return RunOut(**state.run_view(record))

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ACTIVE = ("running", "stopping")
-STATUSES = ("running", "stopping", "stopped", "completed", "failed")
+# A queued run waits for a free training slot (no process yet); running and stopping ones
+# have a process. Active means "not finished": queued, running or stopping.
+RUNNING = ("running", "stopping")
+ACTIVE = ("queued", *RUNNING)
+STATUSES = ("queued", "running", "stopping", "stopped", "completed", "failed", "cancelled")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -40,7 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    queued_at REAL
 )
 """
 
@@ -63,6 +67,7 @@ class RunRecord:
     created_at: float = field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
+    queued_at: float | None = None
 
     @property
     def active(self) -> bool:
@@ -83,6 +88,9 @@ class RunRegistry:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+            if "queued_at" not in columns:  # a database from before the queue
+                db.execute("ALTER TABLE runs ADD COLUMN queued_at REAL")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -110,7 +118,15 @@ class RunRegistry:
 
     def active(self) -> list[RunRecord]:
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM runs WHERE status IN (?, ?)", ACTIVE).fetchall()
+            rows = db.execute("SELECT * FROM runs WHERE status IN (?, ?, ?)", ACTIVE).fetchall()
+        return [_record(r) for r in rows]
+
+    def queued(self) -> list[RunRecord]:
+        """Queued runs, first in first out."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM runs WHERE status = 'queued' ORDER BY queued_at, created_at"
+            ).fetchall()
         return [_record(r) for r in rows]
 
     def save(self, record: RunRecord) -> None:
@@ -139,7 +155,7 @@ class RunRegistry:
         sets = ", ".join(f"{k} = ?" for k in values)
         with self._connect() as db:
             cursor = db.execute(
-                f"UPDATE runs SET {sets} WHERE id = ? AND status IN (?, ?)",
+                f"UPDATE runs SET {sets} WHERE id = ? AND status IN (?, ?, ?)",
                 (*values.values(), run_id, *ACTIVE),
             )
             changed = cursor.rowcount > 0

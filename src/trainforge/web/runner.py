@@ -7,6 +7,12 @@ crashed run is a failed record, never a problem for the server. Runs still going
 server restarts are adopted by pid (checked against the process's start time, so a reused
 pid is not mistaken for the run) and polled; a run whose process is gone is judged from its
 run folder, and without a summary from this attempt it is marked failed.
+
+The queue: `submit` starts a run when fewer than `settings.max_parallel_runs` run now (one
+by default, per server and so per device), otherwise records it as queued; whenever a run
+ends the oldest queued one starts. A queued run can be cancelled. With more than one run at
+a time each child gets `TRAINFORGE_THREADS` = cores / parallel runs (hardware/threads.py),
+so together they never start more CPU threads than there are cores.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from pathlib import Path
 import psutil
 
 from trainforge.errors import UserError
-from trainforge.web.db import RunRecord, RunRegistry
+from trainforge.hardware.threads import THREADS_ENV, usable_cores
+from trainforge.web.db import RUNNING, RunRecord, RunRegistry
 from trainforge.web.progress import INTERRUPTED_CHECKPOINT, log_tail, summary_since
 from trainforge.web.settings import TOKEN_ENV, WebSettings
 
@@ -34,12 +41,74 @@ class Runner:
         self.settings = settings
         self.registry = registry
         self._lock = threading.Lock()
+        # Held while a slot is judged and filled, and by cancel: a queued run starts or is
+        # cancelled, never both.
+        self._slots = threading.RLock()
         self._children: dict[str, subprocess.Popen] = {}
         self._watched: set[str] = set()
         settings.logs_path.mkdir(parents=True, exist_ok=True)
 
     def log_path(self, run_id: str) -> Path:
         return self.settings.logs_path / f"{run_id}.log"
+
+    # ------------------------------------------------------------------ queue
+    def submit(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
+        """Start `record` when a training slot is free and nothing waits before it, else
+        record it as queued (it starts when a running one ends)."""
+        with self._slots:
+            if self._free_slots() > 0 and not self.registry.queued():
+                return self.start(record, resume=resume)
+            record.status, record.pid, record.pid_started = "queued", None, None
+            record.exit_code, record.started_at, record.finished_at = None, None, None
+            record.message = "waiting for a free training slot"
+            record.queued_at = time.time()
+            self.registry.save(record)
+            return record
+
+    def cancel(self, run_id: str) -> RunRecord:
+        """Take a queued run out of the queue; it never starts."""
+        with self._slots:
+            record = self._require(run_id)
+            if record.status != "queued":
+                raise UserError(f"run {run_id} is {record.status}, not queued", "use Stop")
+            self.registry.finish_if_active(
+                run_id, status="cancelled", message="cancelled while queued",
+                finished_at=time.time(),
+            )  # fmt: skip
+        return self._require(run_id)
+
+    def position(self, run_id: str) -> int | None:
+        """1 for the next queued run to start; None when `run_id` is not queued."""
+        ids = [r.id for r in self.registry.queued()]
+        return ids.index(run_id) + 1 if run_id in ids else None
+
+    def _free_slots(self) -> int:
+        running = sum(1 for r in self.registry.active() if r.status in RUNNING)
+        return int(self.settings.max_parallel_runs or 1) - running
+
+    def start_queued(self) -> None:
+        """Start the oldest queued runs while slots are free (after a run ends, at start-up)."""
+        with self._slots:
+            while self._free_slots() > 0:
+                waiting = self.registry.queued()
+                if not waiting:
+                    return
+                record = waiting[0]
+                try:  # a run queued earlier resumes its checkpoint (it has run before)
+                    self.start(record, resume=record.attempts > 0)
+                except OSError as err:
+                    self.registry.finish_if_active(
+                        record.id, status="failed", message=f"could not start: {err}",
+                        finished_at=time.time(),
+                    )  # fmt: skip
+
+    def _thread_env(self) -> dict[str, str]:
+        """Each child's CPU thread budget when several run at once (one alone decides its
+        own, see hardware/threads.py)."""
+        parallel = int(self.settings.max_parallel_runs or 1)
+        if parallel <= 1 or THREADS_ENV in os.environ:
+            return {}
+        return {THREADS_ENV: str(max(1, usable_cores() // parallel))}
 
     # ------------------------------------------------------------------ start / stop
     def start(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
@@ -49,6 +118,7 @@ class Runner:
             argv += ["--resume", "auto"]
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # never hand it on
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self._thread_env())
         log = self.log_path(record.id)
         with self._lock, log.open("ab") as out:
             out.write(f"$ trainforge train {' '.join(record.argv)}".encode() + b"\n")
@@ -81,6 +151,8 @@ class Runner:
     def stop(self, run_id: str) -> RunRecord:
         """SIGINT (the trainer checkpoints and exits 130); asked again while stopping, SIGTERM."""
         record = self._require(run_id)
+        if record.status == "queued":
+            return self.cancel(run_id)
         if not record.active or record.pid is None:
             raise UserError(f"run {run_id} is {record.status}, not running", "nothing to stop")
         sig = signal.SIGINT if record.status == "running" else signal.SIGTERM
@@ -103,7 +175,7 @@ class Runner:
             raise UserError(f"run {run_id} is still {record.status}", "stop it first")
         if record.status == "completed":
             raise UserError(f"run {run_id} has completed", "start a new run from Train Model")
-        return self.start(record, resume=True)
+        return self.submit(record, resume=True)
 
     def _require(self, run_id: str) -> RunRecord:
         record = self.registry.get(run_id)
@@ -122,6 +194,8 @@ class Runner:
     def reconcile(self) -> None:
         """Adopt live runs this server did not start; mark vanished ones. Call at start-up."""
         for record in self.registry.active():
+            if record.status == "queued":
+                continue  # no process yet: start_queued() starts it when a slot is free
             with self._lock:
                 mine = record.id in self._children or record.id in self._watched
             if mine:
@@ -137,6 +211,7 @@ class Runner:
                 ).start()
             else:
                 self._record_end(record.id, None, record.pid)
+        self.start_queued()
 
     def _poll_adopted(self, record: RunRecord) -> None:
         while self._alive(record):
@@ -169,6 +244,7 @@ class Runner:
         self.registry.finish_if_active(
             run_id, status=status, exit_code=code, message=message, finished_at=time.time()
         )
+        self.start_queued()  # the slot this run held goes to the oldest queued run
 
     def _outcome(self, record: RunRecord, code: int | None) -> tuple[str, str]:
         run_dir = self.settings.run_dir(record.id)

@@ -31,6 +31,7 @@ def build_settings(
     runs_dir: str = "runs",
     models_dir: str = "models",
     fixture: Path | None = None,
+    max_parallel_runs: int | None = None,
 ) -> WebSettings:
     """Settings for a bind address; refuses a non-loopback bind without an access token."""
     token = resolve_token(token)
@@ -47,6 +48,7 @@ def build_settings(
         db_path=db,
         token=token,
         fixture=fixture,
+        max_parallel_runs=max_parallel_runs,
         allowed_hosts=LOOPBACK_HOSTS if token is None else None,
     )
 

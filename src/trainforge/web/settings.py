@@ -18,6 +18,7 @@ from trainforge.errors import UserError
 
 TOKEN_ENV = "TRAINFORGE_WEB_TOKEN"
 DB_ENV = "TRAINFORGE_WEB_DB"
+PARALLEL_ENV = "TRAINFORGE_WEB_MAX_PARALLEL"
 # Letters, digits, '.', '_' and '-', starting with a letter or digit: never '..', '/', '\'.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = "letters, digits, '.', '_' and '-' (no '/', '\\', '..', leading '.'), e.g. my-run"
@@ -62,9 +63,14 @@ class WebSettings:
     # Host header values accepted (None: any). `serve` sets the loopback names on a loopback
     # bind without a token, so another site cannot reach the app through DNS rebinding.
     allowed_hosts: tuple[str, ...] | None = None
+    # Trainings run at once on this server's device; the rest wait in a queue. One by
+    # default: two runs sharing 2 cores each got 0.44x of one run's throughput together.
+    max_parallel_runs: int | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
+        if self.max_parallel_runs is None:
+            self.max_parallel_runs = _parallel_from_env()
         if self.db_path is None:
             env = os.environ.get(DB_ENV)
             self.db_path = Path(env) if env else self.runs_path / ".trainforge-web" / "runs.db"
@@ -94,6 +100,16 @@ class WebSettings:
         from trainforge.hardware import detect, load_fixture
 
         return detect(load_fixture(self.fixture) if self.fixture else None)
+
+
+def _parallel_from_env() -> int:
+    value = os.environ.get(PARALLEL_ENV, "1").strip() or "1"
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(
+            f"{PARALLEL_ENV}={value!r} is not a positive whole number",
+            f"set {PARALLEL_ENV} to how many trainings may run at once, e.g. 1",
+        )
+    return int(value)
 
 
 def resolve_token(flag: str | None) -> str | None:

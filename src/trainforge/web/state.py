@@ -57,6 +57,7 @@ class AppState:
         found = checkpoints(run_dir)
         view = record.to_dict()
         view.pop("pid_started", None)
+        view.pop("queued_at", None)
         view.update(
             step=max((int(r.get("step") or 0) for r in latest.by_split.values()), default=0),
             epoch=train.get("epoch"),
@@ -67,6 +68,7 @@ class AppState:
             interrupted_checkpoint=INTERRUPTED_CHECKPOINT in found,
             report=(f"/runs/{record.id}/report" if (run_dir / REPORT_FILE).is_file() else None),
             resumable=record.status == "stopped" or (record.status == "failed" and bool(found)),
+            position=self.runner.position(record.id) if record.status == "queued" else None,
         )
         return view
 

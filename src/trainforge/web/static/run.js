@@ -67,9 +67,11 @@
     const badge = $("run-status");
     badge.textContent = view.status;
     badge.className = `status status-${view.status}`;
-    $("run-message").textContent = view.message || "";
-    $("stop-button").hidden = !["running", "stopping"].includes(view.status);
-    $("stop-button").textContent = view.status === "stopping" ? "Stop now (SIGTERM)" : "Stop";
+    const place = view.position ? ` (place ${view.position} in the queue)` : "";
+    $("run-message").textContent = (view.message || "") + place;
+    $("stop-button").hidden = !["queued", "running", "stopping"].includes(view.status);
+    $("stop-button").textContent = view.status === "stopping" ? "Stop now (SIGTERM)"
+      : view.status === "queued" ? "Cancel" : "Stop";
     $("resume-button").hidden = !view.resumable;
     const report = $("report-link");
     report.hidden = !view.report;
