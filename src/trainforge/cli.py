@@ -336,6 +336,9 @@ def serve(
 
 
 def main() -> None:
+    from trainforge.observe.quiet import install as quiet_console
+
+    quiet_console()  # third-party noise off before any library is imported
     try:
         app()
     except UserError as err:

@@ -143,9 +143,22 @@ class WandbLogger:
             mode=cfg.wandb_mode,
             reinit="create_new",
             settings=wandb.Settings(
-                console="off", save_code=False, x_disable_stats=True, x_disable_meta=True
+                console="off",
+                save_code=False,
+                x_disable_stats=True,
+                x_disable_meta=True,
+                # W&B's own banner and run summary (30 lines) give way to trainforge's line
+                # below, unless the user asked for them with WANDB_SILENT / WANDB_QUIET.
+                silent=not ({"WANDB_SILENT", "WANDB_QUIET"} & set(os.environ)),
             ),
         )
+        self.mode = cfg.wandb_mode
+        print(f"W&B: {self.mode} run {self.run.project}/{self.run.name} in {self.folder}")
+
+    @property
+    def folder(self) -> Path:
+        """The run's W&B folder (what `wandb sync` takes)."""
+        return Path(self.run.dir).parent
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         data: dict[str, float] = {f"{split}/{k}": v for k, v in _finite(metrics).items()}
@@ -160,7 +173,10 @@ class WandbLogger:
         )
 
     def close(self) -> None:
+        folder = self.folder
         self.run.finish()
+        if self.mode == "offline":
+            print(f"W&B: upload the offline run with: wandb sync {folder}")
 
 
 def build_loggers(cfg: LoggingConfig, run_dir: Path, run_name: str = "run") -> list[MetricLogger]:
