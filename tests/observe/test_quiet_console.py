@@ -26,7 +26,7 @@ ALLOWED = [
     r"learning rate: .+ \(linear scaling; .+\)",
     r"epoch \d+/\d+  step \d+/\d+  .*lr \d\.\d\de[+-]\d\d.*",
     r"creating base model .+: random \w+ \w+, tokenizer trained on .+",
-    r"(train|val): \d+ records -> \d+ examples, .+",
+    r"(train|val|test): \d+ records -> \d+ examples, .+",
     r"model: .+ \([\d,]+ parameters, [\d,]+ trained\)",
     r"W&B: (offline|online) run .+ in .+",
     r"W&B: upload the offline run with: wandb sync .+",
@@ -35,6 +35,7 @@ ALLOWED = [
     r"report: .+report\.html",
     r"done: finished after \d+ steps in [\d.]+ s of training",
     r"validation accuracy [\d.]+%  loss [\d.]+",
+    r"test \(\d+ examples\): loss [\d.]+, .+",
     r"checkpoints: .+",
     r"TensorBoard: tensorboard --logdir .+",
     r"metrics:     .+metrics\.jsonl",
@@ -99,11 +100,12 @@ def test_causal_lm_run_with_trackers_prints_only_its_own_lines(tmp_path):
     lines = (REPO / "example_datasets/g2p/cmudict_train.tsv").read_text().splitlines()
     (tmp_path / "train.tsv").write_text("\n".join(lines[:96]) + "\n")
     (tmp_path / "val.tsv").write_text("\n".join(lines[-16:]) + "\n")
+    (tmp_path / "test.tsv").write_text("\n".join(lines[-32:-16]) + "\n")
     args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/g2p_cmudict.yaml"),
             "--profile", "cpu", *sets(
                 f"model.model_name_or_path={tmp_path / 'models/tiny'}", "model.init_size=tiny",
                 "data.train_file=train.tsv", "data.validation_file=val.tsv",
-                "data.test_file=null", "training.max_steps=4", "schedule.warmup_steps=1",
+                "data.test_file=test.tsv", "training.max_steps=4", "schedule.warmup_steps=1",
                 "training.per_device_train_batch_size=16", "logging.logging_steps=2",
                 "evaluation.eval_steps=2", "checkpoint.save_steps=2",
                 "task.max_new_tokens=4", "training.gradient_checkpointing=true",
@@ -113,6 +115,9 @@ def test_causal_lm_run_with_trackers_prints_only_its_own_lines(tmp_path):
     done = run(args, tmp_path, WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
     assert foreign_lines(done.stdout + done.stderr) == []
     assert re.search(r"\| val loss .+val per [\d.]+%  val wer [\d.]+%", done.stdout)
+    assert re.search(
+        r"^test \(16 examples\): loss [\d.]+, .*per [\d.]+, wer [\d.]+$", done.stdout, re.M
+    )
 
 
 @pytest.mark.dist
