@@ -2,7 +2,7 @@
 # Install NVIDIA cuSPARSELt (libcusparseLt.so) for this machine's CUDA version and architecture.
 #
 # PyTorch builds for JetPack 6.1+ and recent CUDA wheels link libcusparseLt.so.0; without it
-# `import torch` fails (seeds/000: "run install_cusparselt.sh if you plan to use
+# `import torch` fails (the Jetson training guide: "run install_cusparselt.sh if you plan to use
 # CuSPARSELt-accelerated kernels"). This script picks NVIDIA's redistributable archive for the
 # CUDA release and the architecture (x86_64, sbsa = ARM servers such as DGX Spark, jetson =
 # Jetson Orin's linux-aarch64 build), downloads it, and copies lib/ and include/ into the CUDA

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run trainforge inside the DGX Spark container (image built from Dockerfile.dgx-spark), with
-# everything that must outlive the container kept on the host (seeds/003 "Data Persistence").
+# everything that must outlive the container kept on the host (the DGX Spark setup plan's "Data Persistence").
 #
 # Usage: scripts/run-dgx-container.sh [--dry-run] [--image NAME] [--net-host] [--] [COMMAND...]
 #   no COMMAND     an interactive shell in the project folder
 #   COMMAND...     run it, e.g. trainforge train config/vit_digits.yaml
 #   --dry-run      print the docker command instead of running it (secrets by name only)
 #   --image NAME   image to run (default: $TRAINFORGE_IMAGE or trainforge-dgx-spark)
-#   --net-host     share the host network (seeds/003 uses --net=host); by default only
+#   --net-host     share the host network (the DGX Spark plan uses --net=host); by default only
 #                  TensorBoard's port 6006 is published, on 127.0.0.1
 #
 # Mounts (host -> container):
@@ -18,7 +18,7 @@
 #   ~/.wandb                     -> /root/.wandb (W&B settings and cache)
 # WANDB_API_KEY, WANDB_PROJECT, WANDB_ENTITY and HF_TOKEN pass through by name when set: docker
 # reads their values from this environment, so they never appear on a command line.
-# Docker flags from seeds/003: --gpus=all --ipc=host (shared memory for data-loader workers)
+# Docker flags from the DGX Spark setup plan: --gpus=all --ipc=host (shared memory for data-loader workers)
 # --ulimit memlock=-1 --ulimit stack=67108864, and --rm (all state lives in the mounts).
 set -euo pipefail
 

@@ -170,6 +170,7 @@ def test_jetson_wheel_command(cli):
 
 def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     import os
+    import re
     import signal
     import subprocess
     import time
@@ -192,8 +193,9 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     deadline = time.monotonic() + 600  # a hung start, not a slow one
-    for line in proc.stdout:  # wait until training is under way
-        if line.startswith("epoch 1/"):
+    for line in proc.stdout:  # wait until the first epoch (23 steps) is done
+        found = re.match(r"epoch \d+/\d+  step (\d+)/", line)
+        if found and int(found.group(1)) >= 23:
             break
         assert time.monotonic() < deadline
     proc.send_signal(signal.SIGINT)

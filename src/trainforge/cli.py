@@ -197,6 +197,26 @@ def profiles_show(name: Annotated[str, typer.Argument(help="Profile name.")]) ->
     print(load_profile(name).source_text(), end="")
 
 
+@profiles_app.command("template")
+def profiles_template(
+    name: Annotated[str, typer.Argument(help="Profile name (or a profile file).")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+    ] = None,
+) -> None:
+    """Print a complete, commented run config for a profile: customise, validate, train."""
+    from trainforge.profiles.template import render_template
+
+    text = render_template(name)
+    if output is None:
+        print(text, end="")
+        return
+    if output.exists():
+        raise UserError(f"{output} already exists", "pick another -o FILE or remove it first")
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {output}; check it with: trainforge validate {output}")
+
+
 @app.command()
 def detect() -> None:
     """Print the detected platform and the profile `auto` would pick, and why."""
@@ -336,6 +356,9 @@ def serve(
 
 
 def main() -> None:
+    from trainforge.observe.quiet import install as quiet_console
+
+    quiet_console()  # third-party noise off before any library is imported
     try:
         app()
     except UserError as err:

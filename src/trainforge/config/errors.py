@@ -22,15 +22,95 @@ class ConfigError(UserError):
         return "\n".join(self.lines)
 
 
+# Words users type for a field, from other trainers and habit -> the fields they mean. When a
+# word names several fields, the one in the section the user wrote it in wins.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "lr": ("optimizer.learning_rate",),
+    "learning_rate": ("optimizer.learning_rate",),
+    "bs": ("training.per_device_train_batch_size", "evaluation.per_device_eval_batch_size"),
+    "batch_size": ("training.per_device_train_batch_size", "evaluation.per_device_eval_batch_size"),
+    "batch": ("training.per_device_train_batch_size",),
+    "train_batch_size": ("training.per_device_train_batch_size",),
+    "micro_batch_size": ("training.per_device_train_batch_size",),
+    "eval_batch_size": ("evaluation.per_device_eval_batch_size",),
+    "epochs": ("training.num_train_epochs",),
+    "num_epochs": ("training.num_train_epochs",),
+    "max_epochs": ("training.num_train_epochs",),
+    "steps": ("training.max_steps",),
+    "num_steps": ("training.max_steps",),
+    "total_steps": ("training.max_steps",),
+    "wd": ("optimizer.weight_decay",),
+    "warmup": ("schedule.warmup_steps",),
+    "warmup_ratio": ("schedule.warmup_epochs",),
+    "scheduler": ("schedule.lr_scheduler_type",),
+    "lr_scheduler": ("schedule.lr_scheduler_type",),
+    "grad_accum": ("training.gradient_accumulation_steps",),
+    "accumulation_steps": ("training.gradient_accumulation_steps",),
+    "grad_clip": ("training.max_grad_norm",),
+    "clip_grad_norm": ("training.max_grad_norm",),
+    "max_norm": ("training.max_grad_norm",),
+    "fp16": ("training.precision",),
+    "bf16": ("training.precision",),
+    "amp": ("training.precision",),
+    "mixed_precision": ("training.precision",),
+    "num_workers": ("data.dataloader_num_workers",),
+    "workers": ("data.dataloader_num_workers",),
+    "beta1": ("optimizer.adam_beta1",),
+    "beta2": ("optimizer.adam_beta2",),
+    "eps": ("optimizer.adam_epsilon",),
+    "hidden_size": ("model.embedding_dim",),
+    "d_model": ("model.embedding_dim",),
+    "dim": ("model.embedding_dim",),
+    "layers": ("model.num_layers",),
+    "depth": ("model.num_layers",),
+    "heads": ("model.num_heads",),
+    "model_name": ("model.model_name_or_path",),
+    "base_model": ("model.model_name_or_path",),
+    "data_file": ("data.train_file",),
+    "eval_file": ("data.validation_file",),
+    "max_length": ("data.max_seq_length",),
+    "seq_len": ("data.max_seq_length",),
+    "output_dir": ("output.dir",),
+    "logging_dir": ("output.dir",),
+    "log_every": ("logging.logging_steps",),
+    "log_steps": ("logging.logging_steps",),
+    "save_every": ("checkpoint.save_steps",),
+    "checkpoint_steps": ("checkpoint.save_steps",),
+    "eval_every": ("evaluation.eval_steps",),
+    "evaluation_steps": ("evaluation.eval_steps",),
+}
+
+
 def suggest_path(key: str, candidates: Sequence[str]) -> str | None:
-    """Nearest valid dotted path: same section first, then the leaf name anywhere."""
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    """The nearest full dotted path for a key a user wrote (`optimizer.lr` ->
+    `optimizer.learning_rate`): an alias users type, then a close leaf name in the same
+    section, then a close leaf name anywhere, then the nearest section (for a bare key)."""
+    known = set(candidates)
+    leaves = [c for c in candidates if "." in c]
+    section, _, leaf = key.rpartition(".")
+    word = leaf.lower().replace("-", "_")
+    targets = [t for t in ALIASES.get(word, ()) if t in known]
+    if targets:
+        same = [t for t in targets if t.startswith(section + ".")] if section else []
+        return (same or targets)[0]
+    if section:
+        in_section = {c.rpartition(".")[2]: c for c in leaves if c.startswith(section + ".")}
+        close = difflib.get_close_matches(word, list(in_section), n=1, cutoff=0.6)
+        if close:
+            return in_section[close[0]]
+    else:  # a bare key: a misspelt section first (`trainig` -> `training`)
+        sections = sorted(known - set(leaves))
+        close = difflib.get_close_matches(word, sections, n=1, cutoff=0.75)
+        if close:
+            return close[0]
+    by_leaf: dict[str, str] = {}
+    for c in leaves:
+        by_leaf.setdefault(c.rpartition(".")[2], c)
+    close = difflib.get_close_matches(word, list(by_leaf), n=1, cutoff=0.7)
     if close:
-        return close[0]
-    leaf = key.rsplit(".", 1)[-1]
-    by_leaf = {c.rsplit(".", 1)[-1]: c for c in candidates}
-    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
-    return by_leaf[close[0]] if close else None
+        return by_leaf[close[0]]
+    close = difflib.get_close_matches(key, leaves, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _lookup(data: Any, loc: Sequence[Any]) -> Any:

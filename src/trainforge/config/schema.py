@@ -348,6 +348,19 @@ class LoggingConfig(Section):
     profile_wait_steps: int = Field(
         5, ge=0, description="Steps before the profiler window opens (warm-up is slower)."
     )
+    wandb_entity: str | None = Field(
+        None, description="W&B team or user the run belongs to (None: the account's default)."
+    )
+    wandb_run_group: str | None = Field(None, description="W&B group of related runs.")
+    wandb_dir: str | None = Field(
+        None, description="Parent folder of W&B run files (None: the run folder)."
+    )
+    progress_interval_s: float = Field(
+        30.0,
+        ge=0.0,
+        description="Without a terminal (Slurm, Docker, nohup, the web app's log): a progress "
+        "line at every logging point and at least every N seconds (0: every step).",
+    )
 
 
 class OutputConfig(Section):

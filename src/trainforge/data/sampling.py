@@ -22,7 +22,7 @@ from torch.utils.data import Sampler
 
 def epoch_permutation(num_items: int, seed: int, epoch: int) -> list[int]:
     """The shuffled order of epoch `epoch` (0-based) for run seed `seed`."""
-    # SeedSequence mixes (seed, epoch) so nearby seeds/epochs give unrelated permutations.
+    # SeedSequence mixes (seed, epoch) so nearby seed or epoch values give unrelated permutations.
     epoch_seed = int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1)[0])
     generator = torch.Generator().manual_seed(epoch_seed)
     return torch.randperm(num_items, generator=generator).tolist()

@@ -13,7 +13,8 @@ manifest; a folder without a valid manifest is not a checkpoint. `recover` tidie
 crash mid-write leaves behind (temporary folders, a replaced folder not yet deleted).
 
 Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints: best value,
-step and epoch, config hash, timestamp, the newest checkpoint (the seed notes' metadata).
+step and epoch, config hash, timestamp, the newest checkpoint (the metadata that the
+training-optimisation notes ask for).
 
 `CheckpointWriter` runs the write on a background thread after the trainer has copied the
 state to CPU memory, so the loop stalls only for the copy. A write the disk refuses (full,

@@ -7,10 +7,11 @@ The others are not: `ok` (checked, fine), `info` (something to know that needs n
 `skip` (does not apply here). `trainforge doctor` exits 1 when there is any finding.
 
 The checks cover the set-up failures in the reference notes: a CPU-only or wrong-architecture
-PyTorch (the "cannot find any torch accelerator" class of failure on Blackwell, seeds/003),
-the JetPack/PyTorch wheel match and cuSPARSELt (seeds/000), disk for checkpoints, /dev/shm
-for loader workers (seeds/003 runs containers with --ipc=host for this), the profile's memory
-budget, swap on Jetson, and the driver settings that stop `nv_queue` stalls (seeds/002).
+PyTorch (the "cannot find any torch accelerator" class of failure on Blackwell in the DGX
+Spark setup plan), the JetPack/PyTorch wheel match and cuSPARSELt (the Jetson training
+guide), disk for checkpoints, /dev/shm for loader workers (the DGX Spark plan runs containers
+with --ipc=host for this), the profile's memory budget, swap on Jetson, and the driver
+settings that stop `nv_queue` stalls (the training-optimisation notes).
 The module is over 400 lines because every check is small but has its own message and fix;
 splitting them by topic would scatter one table across files.
 """

@@ -46,7 +46,8 @@ _MIB = 1024**2
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024"
 # and, for the open kernel modules, "NVIDIA UNIX Open Kernel Module for x86_64  580.95.05 ...".
 _DRIVER_RE = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
-# The kernel's hung-task report for the driver's nv_queue thread (seeds/002 §1).
+# The kernel's hung-task report for the driver's nv_queue thread (the training-optimisation
+# notes, "Driver/Kernel Issues").
 _NV_QUEUE_RE = re.compile(r"task nv_queue:\d+ blocked for more than \d+ seconds")
 _SWAP_RE = re.compile(r"^SwapTotal:\s*(\d+)\s*kB\s*$", re.MULTILINE)
 

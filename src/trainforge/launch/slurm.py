@@ -44,7 +44,7 @@ SIGNAL_LEAD_S = 120  # SIGUSR1 this long before the time limit: enough to save a
 # most services use and below Linux's ephemeral range (32768+).
 PORT_BASE = 20000
 PORT_SPAN = 12000
-GENERIC_GPUS_PER_NODE = 4  # seeds/001: 4x A100 per node
+GENERIC_GPUS_PER_NODE = 4  # the training-pipeline assets README: 4x A100 per node
 
 # torchrun under srun: SIGUSR1 and SIGTERM ignored (Slurm signals the training processes
 # itself), and SIGTERM not among the signals torchrun handles and forwards.
@@ -191,7 +191,7 @@ def render_script(job: SlurmJob) -> str:
 
 
 def generic_script() -> str:
-    """`scripts/train_hpc.sh`: any config, 4 GPUs per node by default (seeds/001)."""
+    """`scripts/train_hpc.sh`: any config, 4 GPUs per node by default (as the assets README)."""
     job = SlurmJob(
         config="CONFIG",
         nodes=1,

@@ -115,7 +115,9 @@ class MlflowLogger:
 
 
 class WandbLogger:
-    """A W&B run in RUN/wandb; offline by default (`wandb sync RUN/wandb/offline-run-*`)."""
+    """A W&B run in RUN/wandb (or logging.wandb_dir); offline by default
+    (`wandb sync RUN/wandb/offline-run-*`); project, entity, group and mode from the config,
+    whose environment layer reads WANDB_PROJECT, WANDB_ENTITY, WANDB_RUN_GROUP, WANDB_MODE."""
 
     def __init__(self, cfg: LoggingConfig, run_dir: Path, run_name: str) -> None:
         import os
@@ -128,17 +130,35 @@ class WandbLogger:
                 "export WANDB_API_KEY=... (it is never written to any file), or use "
                 "logging.wandb_mode=offline",
             )
-        (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        # W&B writes DIR/wandb/; the run folder by default, logging.wandb_dir (WANDB_DIR)
+        # when set. Every value is passed to wandb.init, never written to os.environ.
+        parent = Path(cfg.wandb_dir) if cfg.wandb_dir else run_dir
+        (parent / "wandb").mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=scrub(cfg.wandb_project),
+            entity=cfg.wandb_entity,
+            group=scrub(cfg.wandb_run_group) if cfg.wandb_run_group else None,
             name=scrub(run_name),
-            dir=str(run_dir),
+            dir=str(parent),
             mode=cfg.wandb_mode,
             reinit="create_new",
             settings=wandb.Settings(
-                console="off", save_code=False, x_disable_stats=True, x_disable_meta=True
+                console="off",
+                save_code=False,
+                x_disable_stats=True,
+                x_disable_meta=True,
+                # W&B's own banner and run summary (30 lines) give way to trainforge's line
+                # below, unless the user asked for them with WANDB_SILENT / WANDB_QUIET.
+                silent=not ({"WANDB_SILENT", "WANDB_QUIET"} & set(os.environ)),
             ),
         )
+        self.mode = cfg.wandb_mode
+        print(f"W&B: {self.mode} run {self.run.project}/{self.run.name} in {self.folder}")
+
+    @property
+    def folder(self) -> Path:
+        """The run's W&B folder (what `wandb sync` takes)."""
+        return Path(self.run.dir).parent
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         data: dict[str, float] = {f"{split}/{k}": v for k, v in _finite(metrics).items()}
@@ -153,7 +173,10 @@ class WandbLogger:
         )
 
     def close(self) -> None:
+        folder = self.folder
         self.run.finish()
+        if self.mode == "offline":
+            print(f"W&B: upload the offline run with: wandb sync {folder}")
 
 
 def build_loggers(cfg: LoggingConfig, run_dir: Path, run_name: str = "run") -> list[MetricLogger]:

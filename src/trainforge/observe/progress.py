@@ -1,12 +1,25 @@
-"""Progress display: a live bar on a terminal, one summary line per epoch otherwise.
+"""Progress display: a live bar on a terminal; progress lines for logs without one.
 
-The bar advances every step without touching the device; its loss, accuracy, learning
-rate and samples/s come from the logging points, where the loop synchronises anyway.
+Without a terminal (Slurm and Docker output files, nohup, the web app's log) a line is
+printed at every logging point, whenever validation has new figures, at the end of an epoch,
+and otherwise at least every `interval_s` seconds, so a long epoch is never silent:
+
+    epoch 1/5  step 400/8785  loss 1.2345  lr 9.80e-04  2,410 samples/s  37.7 steps/s
+    data wait 3.1%  ETA 0:03:52  | val loss 1.1021  per 12.40%  wer 41.00%
+
+(one line in the log). Validation figures appear only on the first line after they were
+measured. Nothing here touches the device: loss, accuracy and samples/s come from the logging
+points, where the loop synchronises anyway; step counts, steps/s and the ETA come from the
+display's own clock, and the learning rate from the optimizer, so the first line after a
+resume shows real figures. rich draws the terminal bar; tqdm was not used because rich is
+already the CLI's console library.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
@@ -17,28 +30,69 @@ from trainforge.engine.callbacks import Callback
 if TYPE_CHECKING:
     from trainforge.engine.trainer import Trainer
 
+# Metric key -> (label, format); shares are printed as percentages.
+_SHOWN = (
+    ("loss", "loss", "{:.4f}"),
+    ("accuracy", "acc", "{:.2%}"),
+    ("perplexity", "ppl", "{:.2f}"),
+    ("per", "per", "{:.2%}"),
+    ("wer", "wer", "{:.2%}"),
+)
 
-def _fmt(split: str, metrics: dict[str, float]) -> str:
-    prefix = f"{split} " if split else ""
-    parts = []
-    if "loss" in metrics:
-        parts.append(f"{prefix}loss {metrics['loss']:.4f}")
-    if "accuracy" in metrics:
-        parts.append(f"{prefix}acc {metrics['accuracy'] * 100:.2f}%")
+
+def format_metrics(metrics: dict[str, float], prefix: str = "") -> str:
+    """`loss 0.1234  acc 95.00%  per 3.10%` for the task metrics present in `metrics`."""
+    parts = [
+        f"{prefix}{label} {fmt.format(metrics[key])}"
+        for key, label, fmt in _SHOWN
+        if key in metrics
+    ]
     return "  ".join(parts)
 
 
+def format_eta(seconds: float) -> str:
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
 class ProgressDisplay(Callback):
-    def __init__(self, enabled: bool = True, stream: TextIO | None = None) -> None:
+    """`enabled` turns the terminal bar on (lines are printed either way); `interval_s` (None:
+    the run config's logging.progress_interval_s) and `clock` set the longest silence in a
+    log (tests pass 0 s or a fake clock)."""
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        *,
+        interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stream = stream or sys.stdout
         self.live = enabled and self.stream.isatty()
         self.console = Console(file=self.stream)
         self.progress: Progress | None = None
         self.task_id = None
+        self.interval_s = interval_s
+        self.clock = clock
         self.train: dict[str, float] = {}
         self.val: dict[str, float] = {}
+        self._train_fresh = False
+        self._val_fresh = False
+        self._start: tuple[float, int] = (0.0, 0)  # (time, step) when fit started
+        self._last: tuple[float, int] = (0.0, 0)  # (time, step) of the previous line
+        self._batch = 0
 
     def on_fit_start(self, trainer: Trainer) -> None:
+        now, step = self.clock(), trainer.state.global_step
+        self._start = self._last = (now, step)
+        config = trainer.config
+        if self.interval_s is None:
+            self.interval_s = getattr(config.logging, "progress_interval_s", 30.0)
+        batch = config.training.per_device_train_batch_size
+        if isinstance(batch, int):
+            self._batch = batch * trainer.accumulation * trainer.dist.world_size
         if not self.live:
             return
         self.progress = Progress(
@@ -51,51 +105,82 @@ class ProgressDisplay(Callback):
         )
         self.progress.start()
         self.task_id = self.progress.add_task(
-            "train",
-            total=trainer.total_steps,
-            completed=trainer.state.global_step,
-            epoch=trainer.state.epoch + 1,
+            "train", total=trainer.total_steps, completed=step, epoch=trainer.state.epoch + 1,
             stats="",
-        )
+        )  # fmt: skip
+
+    def on_metrics(self, trainer: Trainer, split: str, metrics: dict[str, float]) -> None:
+        if split == "train":
+            self.train, self._train_fresh = dict(metrics), True
+        elif split == "val":
+            self.val, self._val_fresh = dict(metrics), True
+        # fast validation and telemetry go to the loggers only
+        if self.progress is not None and split in ("train", "val"):
+            stats = "  ".join(
+                s for s in (format_metrics(self.train), self._lr(trainer),
+                            format_metrics(self.val, "val ")) if s
+            )  # fmt: skip
+            self.progress.update(self.task_id, stats=stats)
 
     def on_step_end(self, trainer: Trainer) -> None:
         if self.progress is not None:
             self.progress.update(self.task_id, completed=trainer.state.global_step)
-
-    def on_metrics(self, trainer: Trainer, split: str, metrics: dict[str, float]) -> None:
-        if split == "train":
-            self.train = metrics
-        elif split == "val":
-            self.val = metrics
-        else:
-            return  # fast validation and telemetry go to the loggers only
-        if self.progress is not None:
-            stats = "  ".join(
-                s
-                for s in (
-                    _fmt("", self.train),
-                    f"lr {self.train.get('lr', 0):.2e}",
-                    f"{self.train.get('samples_per_s', 0):,.0f} samples/s",
-                    _fmt("val", self.val),
-                )
-                if s
-            )
-            self.progress.update(self.task_id, stats=stats)
+            if self._val_fresh:
+                self._print(self.line(trainer, trainer.state.epoch + 1))
+            return
+        due = self.clock() - self._last[0] >= (self.interval_s or 0.0)
+        if due or self._train_fresh or self._val_fresh:
+            self._print(self.line(trainer, trainer.state.epoch + 1))
 
     def on_epoch_end(self, trainer: Trainer) -> None:
-        line = (
-            f"epoch {trainer.state.epoch}/{trainer.num_epochs}  step {trainer.state.global_step}"
-            f"  {_fmt('train', self.train)}  {_fmt('val', self.val)}"
-            f"  lr {self.train.get('lr', 0):.2e}"
-            f"  {self.train.get('samples_per_s', 0):,.0f} samples/s"
-            f"  data wait {self.train.get('data_wait_share', 0) * 100:.1f}%"
-        )
         if self.progress is not None:
             self.progress.update(self.task_id, epoch=trainer.state.epoch + 1)
-            self.progress.console.print(line)
-        else:
-            print(line, file=self.stream, flush=True)
+        if self._last[1] != trainer.state.global_step or self._val_fresh or self._train_fresh:
+            self._print(self.line(trainer, trainer.state.epoch))
 
     def on_fit_end(self, trainer: Trainer) -> None:
+        if self._train_fresh or self._val_fresh:
+            self._print(self.line(trainer, trainer.state.epoch + 1))
         if self.progress is not None:
             self.progress.stop()
+
+    def _lr(self, trainer: Trainer) -> str:
+        return f"lr {trainer.current_lr():.2e}"
+
+    def line(self, trainer: Trainer, epoch: int) -> str:
+        """One progress line; consumes the freshness of the train and validation figures."""
+        now, step = self.clock(), trainer.state.global_step
+        total, train = trainer.total_steps, self.train if self._train_fresh else {}
+        parts = [f"epoch {min(epoch, trainer.num_epochs)}/{trainer.num_epochs}",
+                 f"step {step}/{total}", format_metrics(self.train), self._lr(trainer)]  # fmt: skip
+        steps_per_s = self._steps_per_s(train, now, step)
+        samples_per_s = train.get("samples_per_s") or (steps_per_s or 0.0) * self._batch
+        if samples_per_s:
+            parts.append(f"{samples_per_s:,.0f} samples/s")
+        if steps_per_s:
+            parts.append(f"{steps_per_s:,.2f} steps/s")
+        if "data_wait_share" in self.train:
+            parts.append(f"data wait {self.train['data_wait_share']:.1%}")
+        run_s, run_steps = now - self._start[0], step - self._start[1]
+        if run_steps > 0 and run_s > 0 and step < total:
+            parts.append(f"ETA {format_eta((total - step) * run_s / run_steps)}")
+        text = "  ".join(p for p in parts if p)
+        if self._val_fresh and self.val:
+            text += "  | " + format_metrics(self.val, "val ")
+        self._train_fresh = self._val_fresh = False
+        self._last = (now, step)
+        return text
+
+    def _steps_per_s(self, train: dict[str, float], now: float, step: int) -> float | None:
+        if train.get("step_time_s"):
+            return 1.0 / train["step_time_s"]  # the training window, evaluation excluded
+        last_time, last_step = self._last
+        if step > last_step and now > last_time:
+            return (step - last_step) / (now - last_time)
+        return None
+
+    def _print(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(line, highlight=False, markup=False)
+        else:
+            print(line, file=self.stream, flush=True)

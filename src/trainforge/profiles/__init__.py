@@ -8,8 +8,10 @@ only the "how" sections below; `trainforge.config.load` layers them under the ru
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -35,8 +37,11 @@ class Profile:
     notes: str
     settings: dict[str, Any] = field(default_factory=dict)
     guide: str | None = None
+    path: Path | None = None  # a profile file of the user's; None: a built-in one
 
     def source_text(self) -> str:
+        if self.path is not None:
+            return self.path.read_text(encoding="utf-8")
         return (resources.files(__package__) / f"{self.name}.yaml").read_text(encoding="utf-8")
 
 
@@ -48,7 +53,16 @@ def list_profiles() -> list[str]:
     )
 
 
+def is_profile_path(name: str) -> bool:
+    """A profile given as a file (`--profile my_profile.yaml`) rather than a built-in name."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
+
+
 def load_profile(name: str) -> Profile:
+    """A built-in profile by name, or a profile file (e.g. `trainforge profiles show cpu >
+    mine.yaml`, edited) by its path; the file's path is then the profile's name."""
+    if is_profile_path(name):
+        return _load_profile_file(Path(name))
     names = list_profiles()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
@@ -68,10 +82,35 @@ def load_profile(name: str) -> Profile:
     )
 
 
+def _load_profile_file(path: Path) -> Profile:
+    if not path.is_file():
+        raise UserError(
+            f"profile file {path} not found",
+            "check the path, or name a built-in profile (see `trainforge profiles`)",
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"profile file {path}: cannot read it ({first})", "fix the file") from None
+    _check_shape(str(path), raw)
+    return Profile(
+        name=str(path),
+        description=raw["description"],
+        notes=raw.get("notes", ""),
+        settings=raw.get("settings") or {},
+        guide=raw.get("guide"),
+        path=path,
+    )
+
+
 def _check_shape(name: str, raw: Any) -> None:
     # Shipped files are tested; this guards edits by hand with a clear line.
     if not isinstance(raw, dict) or "description" not in raw:
-        raise UserError(f"profile {name}: file must be a mapping with a description")
+        raise UserError(
+            f"profile {name}: file must be a mapping with a description",
+            "start from `trainforge profiles show cpu` (a run config is not a profile)",
+        )
     unknown = set(raw) - {"description", "notes", "settings", "guide"}
     if unknown:
         raise UserError(f"profile {name}: unknown top-level keys {sorted(unknown)}")

@@ -1,0 +1,93 @@
+"""A quiet console: third-party noise that says nothing to a trainforge user, silenced once
+at process start, each item narrowly (by message and module, or by one named logger) and
+with the reason it is noise. Everything else, warnings included, still reaches the console.
+
+- torchdata's StatefulDataLoader calls `torch.set_vital`, which torch itself deprecates.
+- transformers 5 renamed `gradient_checkpointing_enable`; the old name warns when called.
+- DDP's "Grad strides do not match bucket view strides": the batched augmentation hands the
+  ViT channels-last image batches, so the patch convolution's weight gradient comes out
+  channels-last while its parameter (and DDP's bucket view) is contiguous; the reducer copies
+  that one small gradient into its bucket, which costs nothing measurable.
+- MLflow's "Creating initial MLflow database tables..." INFO lines from its SQLite store
+  (MLFLOW_LOGGING_LEVEL, when set, is honoured instead).
+- Hugging Face "Loading weights" / "Writing model shards" bars: off through
+  huggingface_hub's own switch, which transformers follows (HF_HUB_DISABLE_PROGRESS_BARS,
+  when set, is honoured instead).
+
+Python's `warnings` filters and `logging` levels do all of it; no output is captured or
+rewritten, so a new warning from any library still shows (and tests fail on it).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+# (message regex, category, module regex of the code the warning is attributed to)
+WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    (r"'set_vital' is deprecated", UserWarning, r"torchdata\."),
+    (r"`gradient_checkpointing_enable` is deprecated", FutureWarning, r"transformers\."),
+    (r"Grad strides do not match bucket view strides", UserWarning, r"torch\.autograd\."),
+)
+# Loggers whose INFO lines are set-up chatter, raised to WARNING.
+CHATTY_LOGGERS = ("mlflow.store.db.utils",)
+
+_installed = False
+
+
+def install(env: Mapping[str, str] | None = None) -> None:
+    """Install the filters (idempotent: once per process)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    env = os.environ if env is None else env
+    for message, category, module in WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    if "MLFLOW_LOGGING_LEVEL" not in env:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    if "HF_HUB_DISABLE_PROGRESS_BARS" not in env:
+        if "huggingface_hub" in sys.modules:
+            _hf_bars_off()
+        else:  # flipped when a command first imports it: `validate` never pays the import
+            sys.meta_path.insert(0, _AfterImport("huggingface_hub", _hf_bars_off))
+
+
+def _hf_bars_off() -> None:
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then()` right after module `name` has been imported, once, then steps aside."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                then()
+
+        spec.loader = _Loader()
+        return spec

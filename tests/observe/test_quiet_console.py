@@ -1,0 +1,170 @@
+"""A normal run prints only trainforge's own lines. Each run here captures stdout and stderr of
+the real `trainforge train` and fails on any line that does not match ALLOWED: a new
+third-party warning, progress bar or log line shows up as a failure naming the line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from trainforge.observe import quiet
+
+REPO = Path(__file__).resolve().parents[2]
+# Every line trainforge itself prints during these runs.
+ALLOWED = [
+    r"platform: \S+ \(.*\)   profile: .+",
+    r"task: \S+   data: .+ training samples\)   model: .+ parameters",
+    r"device: \S+   precision: \w+   batch: .+ steps: \d+ \(\d+/epoch\)",
+    r"distributed: \d+ processes, backend \w+, .+",
+    r"run folder: .+",
+    r"learning rate: .+ \(linear scaling; .+\)",
+    r"epoch \d+/\d+  step \d+/\d+  .*lr \d\.\d\de[+-]\d\d.*",
+    r"creating base model .+: random \w+ \w+, tokenizer trained on .+",
+    r"(train|val|test): \d+ records -> \d+ examples, .+",
+    r"model: .+ \([\d,]+ parameters, [\d,]+ trained\)",
+    r"W&B: (offline|online) run .+ in .+",
+    r"W&B: upload the offline run with: wandb sync .+",
+    r"Hugging Face model: .+",
+    r"output model: .+",
+    r"report: .+report\.html",
+    r"done: finished after \d+ steps in [\d.]+ s of training",
+    r"validation accuracy [\d.]+%  loss [\d.]+",
+    r"test \(\d+ examples\): loss [\d.]+, .+",
+    r"checkpoints: .+",
+    r"TensorBoard: tensorboard --logdir .+",
+    r"metrics:     .+metrics\.jsonl",
+    r"final model: .+model\.safetensors",
+]
+TINY_VIT = [
+    "model.embedding_dim=32", "model.num_layers=1", "model.num_heads=2", "model.mlp_size=32",
+    "training.num_threads=1", "training.device=cpu", "hardware.telemetry=false",
+]  # fmt: skip
+
+
+def foreign_lines(text: str) -> list[str]:
+    patterns = [re.compile(p) for p in ALLOWED]
+    return [ln for ln in text.splitlines() if not any(p.fullmatch(ln) for p in patterns)]
+
+
+def sets(*items: str) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def run(args: list[str], tmp_path: Path, timeout: int = 600, **env_extra: str):
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HOME=str(home))
+    env.update(env_extra)
+    for name in (
+        "WANDB_API_KEY",
+        "WANDB_MODE",
+        "WANDB_SILENT",
+        "WANDB_QUIET",
+        "MLFLOW_LOGGING_LEVEL",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "PYTHONWARNINGS",
+    ):
+        env.pop(name, None)  # fmt: skip
+    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_cpu_training_run_prints_only_its_own_lines_and_progress_in_the_first_epoch(tmp_path):
+    """Not a terminal (captured); `progress_interval_s=0` stands for a long epoch: lines
+    with steps/s and ETA before the first epoch ends, deterministically."""
+    args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"),
+            "--profile", "cpu", *sets(*TINY_VIT, "training.max_steps=30",
+            "logging.logging_steps=1000", "logging.progress_interval_s=0",
+            "evaluation.eval_every_epochs=1", f"output.dir={tmp_path / 'runs'}")]  # fmt: skip
+    done = run(args, tmp_path)
+    assert foreign_lines(done.stdout + done.stderr) == []
+    progress = [ln for ln in done.stdout.splitlines() if ln.startswith("epoch 1/2  step ")]
+    steps = [int(re.search(r"step (\d+)/", ln).group(1)) for ln in progress]
+    assert steps[:3] == [1, 2, 3]  # 23 steps per epoch: the first lines come long before
+    assert all(re.search(r"steps/s  .*ETA \d+:\d\d:\d\d", ln) for ln in progress[:3])
+    # Validation at the epoch's end shows once, on the line after it was measured.
+    with_val = [ln for ln in done.stdout.splitlines() if "| val loss" in ln]
+    assert len(with_val) == 1 and "step 23/30" in with_val[0] and "val acc" in with_val[0]
+
+
+@pytest.mark.slow  # creates a small Hugging Face model and decodes validation words
+def test_causal_lm_run_with_trackers_prints_only_its_own_lines(tmp_path):
+    lines = (REPO / "example_datasets/g2p/cmudict_train.tsv").read_text().splitlines()
+    (tmp_path / "train.tsv").write_text("\n".join(lines[:96]) + "\n")
+    (tmp_path / "val.tsv").write_text("\n".join(lines[-16:]) + "\n")
+    (tmp_path / "test.tsv").write_text("\n".join(lines[-32:-16]) + "\n")
+    args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/g2p_cmudict.yaml"),
+            "--profile", "cpu", *sets(
+                f"model.model_name_or_path={tmp_path / 'models/tiny'}", "model.init_size=tiny",
+                "data.train_file=train.tsv", "data.validation_file=val.tsv",
+                "data.test_file=test.tsv", "training.max_steps=4", "schedule.warmup_steps=1",
+                "training.per_device_train_batch_size=16", "logging.logging_steps=2",
+                "evaluation.eval_steps=2", "checkpoint.save_steps=2",
+                "task.max_new_tokens=4", "training.gradient_checkpointing=true",
+                "logging.mlflow=true", "logging.wandb=true", "training.num_threads=1",
+                f"output.dir={tmp_path / 'runs'}", f"output.models_dir={tmp_path / 'models'}",
+            )]  # fmt: skip
+    done = run(args, tmp_path, WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"))
+    assert foreign_lines(done.stdout + done.stderr) == []
+    assert re.search(r"\| val loss .+val per [\d.]+%  val wer [\d.]+%", done.stdout)
+    assert re.search(
+        r"^test \(16 examples\): loss [\d.]+, .*per [\d.]+, wer [\d.]+$", done.stdout, re.M
+    )
+
+
+@pytest.mark.dist
+def test_two_process_torchrun_prints_only_its_own_lines(tmp_path):
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
+            *sets(*TINY_VIT, "training.max_steps=6", "logging.logging_steps=2",
+                  f"output.dir={tmp_path / 'runs'}")]  # fmt: skip
+    done = run(args, tmp_path)
+    assert foreign_lines(done.stdout + done.stderr) == []
+    assert "distributed: 2 processes" in done.stdout
+
+
+def test_filters_are_narrow():
+    """The known messages from their own modules are ignored; the same text from anywhere
+    else, and any other warning, still shows."""
+    quiet._installed = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet.install(env={"MLFLOW_LOGGING_LEVEL": "INFO", "HF_HUB_DISABLE_PROGRESS_BARS": "0"})
+        for message, category, module in (
+            ("'set_vital' is deprecated, please do not call", UserWarning,
+             "torchdata.stateful_dataloader.stateful_dataloader"),
+            ("Grad strides do not match bucket view strides. This may ...", UserWarning,
+             "torch.autograd.graph"),
+            ("`gradient_checkpointing_enable` is deprecated and will be removed in v6.",
+             FutureWarning, "transformers.modeling_utils"),
+            ("'set_vital' is deprecated, please do not call", UserWarning, "mypackage.loader"),
+            ("something else is deprecated", UserWarning, "torchdata.loader"),
+        ):  # fmt: skip
+            warnings.warn_explicit(message, category, "x.py", 1, module=module)
+    quiet._installed = False
+    shown = [(str(w.message), w.category) for w in caught]
+    assert shown == [
+        ("'set_vital' is deprecated, please do not call", UserWarning),
+        ("something else is deprecated", UserWarning),
+    ]
+
+
+def test_hugging_face_bars_off_when_first_imported_and_the_user_variable_wins():
+    code = (
+        "from trainforge.observe.quiet import install; install(); "
+        "import huggingface_hub.utils as u; print(u.are_progress_bars_disabled())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert off.stdout.strip() == "True" and off.stderr == ""
+    env["HF_HUB_DISABLE_PROGRESS_BARS"] = "0"  # the user asked for bars
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert on.stdout.strip() == "False" and on.stderr == ""
