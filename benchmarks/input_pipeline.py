@@ -5,7 +5,7 @@ short trainforge training run on its default input path.
 - seed pipeline: a torchvision-style dataset over uint8 HWC arrays (CIFAR10's `__getitem__`:
   `Image.fromarray`, then the transform per sample) with RandomCrop(32, padding=4),
   RandomHorizontalFlip, ToTensor, Normalize; DataLoader with 2 worker processes, shuffle,
-  persistent workers, prefetch 2 (the guide's and the HRM notes' settings).
+  persistent workers, prefetch 2 (the guide's and the training-optimisation notes' settings).
 - trainforge: the data set held as one uint8 NCHW tensor (`TensorImageDataset`), trainforge's
   loader (`make_loader` with the CPU profile's settings: one gather per batch, no workers) and
   `BatchAugment` with CIFAR-10's defaults (the same four transforms on the whole batch), as

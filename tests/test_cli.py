@@ -143,7 +143,8 @@ def test_info_commands(cli, tmp_path):
     for name in ("cpu", "jetson-orin", "workstation-24gb", "dgx-spark", "hpc-a100"):
         assert name in profiles.stdout
     shown = cli("profiles", "show", "jetson-orin")
-    assert "gradient_accumulation_steps: 16" in shown.stdout and "seeds/001" in shown.stdout
+    assert "gradient_accumulation_steps: 16" in shown.stdout
+    assert "training-pipeline assets README" in shown.stdout
     unknown = cli("profiles", "show", "jetson-orn")
     assert unknown.returncode == 2 and "did you mean jetson-orin" in unknown.stderr
     show = cli("config", "show", "config/vit_digits.yaml", "--set", "training.seed=5")

@@ -345,6 +345,15 @@ def serve(
     models_dir: Annotated[
         str, typer.Option("--models-dir", help="Folder of Hugging Face model folders.")
     ] = "models",
+    max_parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--max-parallel",
+            min=1,
+            help="Trainings run at once (default 1, or TRAINFORGE_WEB_MAX_PARALLEL); the rest "
+            "queue.",
+        ),
+    ] = None,
     fixture: Annotated[
         Path | None, typer.Option("--fixture", hidden=True, help="Replay a recorded machine.")
     ] = None,
@@ -352,7 +361,16 @@ def serve(
     """Web app: launch, watch and stop training runs from a browser."""
     from trainforge.web.serve import serve as serve_app
 
-    serve_app(host, port, token, db=db, runs_dir=runs_dir, models_dir=models_dir, fixture=fixture)
+    serve_app(
+        host,
+        port,
+        token,
+        db=db,
+        runs_dir=runs_dir,
+        models_dir=models_dir,
+        fixture=fixture,
+        max_parallel_runs=max_parallel,
+    )
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
 from trainforge.config.guide_profile import from_guide_profile
 from trainforge.config.schema import RunConfig
@@ -128,8 +130,12 @@ def load(
     except UserError as err:
         raise UserError(f"{label}: profile = {profile_name!r}: {err.message}", err.fix) from None
 
+    # The trackers' own variables (WANDB_PROJECT, ...) sit over the profile and under the
+    # file and the flags: an explicit setting wins, as in the trackers' documentation.
+    env_data, env_sources = environment_layer(os.environ)
     layers: list[tuple[str, dict[str, Any]]] = [
         (f"profile {prof.name}", copy.deepcopy(prof.settings)),
+        ("environment", env_data),
         (f"file {label}", file_data),
         ("flags", cli_layer),
     ]
@@ -137,6 +143,9 @@ def load(
     sources: dict[str, str] = {}
     for source, layer in layers:
         _merge(merged, layer, source, sources, "")
+    for key, source in env_sources.items():
+        if sources.get(key) == "environment":
+            sources[key] = source
     for key, source in cli_sources.items():
         for leaf in [k for k in sources if k == key or k.startswith(key + ".")]:
             sources[leaf] = source

@@ -1,7 +1,8 @@
 """Learning-rate scaling when the global batch differs from the one the rate was tuned for.
 
-The seed notes' rule: batch 24 at 3e-4 becomes batch 20 at 3e-4 x 20/24 = 2.5e-4 (linear);
-`sqrt` scales by the square root; `none` leaves the rate alone. The reference is
+The training-optimisation notes' rule: batch 24 at 3e-4 becomes batch 20 at
+3e-4 x 20/24 = 2.5e-4 (linear); `sqrt` scales by the square root; `none` leaves the rate
+alone. The reference is
 `optimizer.reference_batch_size`, else the global batch the config file itself asks for,
 else (with `per_device_train_batch_size: auto`) `AUTO_GLOBAL_BATCH`. The batch fit keeps
 that same reference as the global batch, so the two agree: a fit that keeps it changes no

@@ -97,7 +97,9 @@ def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Pa
         found = ckpt.latest(root)
         if found is None:
             print(f"resume auto: no checkpoint in {root}, starting fresh")
-        return found.path if found else None
+            return None
+        ckpt.check_format(found.path, found.meta)  # before anything is written
+        return found.path
     if resume_from:
         path = _checkpoint_path(resume_from)
         problem = ckpt.verify(path) if path.is_dir() else "not found"
@@ -106,6 +108,7 @@ def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Pa
                 f"--resume_from {resume_from}: {problem}",
                 "pass a checkpoint folder such as runs/NAME/checkpoints/best_model, or auto",
             )
+        ckpt.check_format(path)
         return path
     if ckpt.list_checkpoints(root) and not overwrite:
         raise UserError(
@@ -178,15 +181,13 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
         # its process group down while another still used it could abort at exit.
         parallel.barrier()
         return summary
-    except (RuntimeError, torch.distributed.DistError) as err:
-        if not dist.is_main:
-            raise SystemExit(2) from None  # rank 0 (or the failing rank) says what happened
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(
-            f"rank {dist.rank}: the distributed job failed ({first[:200]})",
-            "another rank stopped or lost contact; fix its error above, then rerun with "
-            "--resume auto",
-        ) from None
+    except Exception as err:
+        # One line for the job: the rank where it failed names itself and the reason; a rank
+        # that only lost that peer stays quiet (see parallel.failure_line).
+        line = parallel.failure_line(err)
+        if line is None:
+            raise SystemExit(2) from None
+        raise UserError(line) from None
     finally:
         if quiet:
             quiet.close()
@@ -204,6 +205,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     from trainforge.engine.trainer import Trainer
     from trainforge.observe import MetricsCallback, ProgressDisplay, build_loggers
     from trainforge.observe.loggers import flatten
+    from trainforge.observe.profiler import profiler_callbacks
     from trainforge.tasks import build_task
 
     dist = parallel.context()
@@ -259,6 +261,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
             histogram_steps=config.logging.histogram_steps if config.logging.tensorboard else None,
         ),
         progress,
+        *(profiler_callbacks(config.logging, run_dir) if main else []),
     ]
     trainer = Trainer(
         task,
@@ -450,13 +453,10 @@ def _save_final_model(trainer, run_dir: Path, weights: dict | None = None) -> No
             global_step=trainer.state.global_step,
         )
         return
-    from safetensors.torch import save_file
+    from trainforge.engine import checkpoint as ckpt
 
     source = weights if weights is not None else trainer.model.state_dict()
-    state = {k: v.detach().contiguous().cpu().clone() for k, v in source.items()}
-    tmp = run_dir / ".model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={"config_hash": trainer.config_hash})
-    tmp.replace(run_dir / "model.safetensors")
+    ckpt.save_weights(run_dir / "model.safetensors", source, {"config_hash": trainer.config_hash})
 
 
 def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> None:

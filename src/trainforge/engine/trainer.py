@@ -260,7 +260,9 @@ class Trainer:
         self.state = TrainerState()
         self.window = Window()
         self.step_sums = StepSums()
-        self.writer = ckpt.CheckpointWriter(background=config.checkpoint.async_save)
+        self.writer = ckpt.CheckpointWriter(
+            background=config.checkpoint.async_save, on_error=config.checkpoint.on_save_error
+        )
         self._snapshot = ckpt.Snapshot()
         self.last_grad_norm: torch.Tensor | None = None
         self.last_step_loss: torch.Tensor | None = None
@@ -424,6 +426,7 @@ class Trainer:
             self.state.batch_in_epoch += 1
             epoch_done = self.state.batch_in_epoch >= num_batches
             if (self.step_sums.micro >= self.accumulation or epoch_done) and self._optimizer_step():
+                self.writer.check()  # a background save the disk refused stops the run here
                 self.emit("on_step_end")
             self.emit("on_batch_end")
             if epoch_done:
@@ -857,7 +860,9 @@ class Trainer:
         if model_state is None or self.sharded:
             self._load_sharded(folder, model_state)
         else:
-            self._check_shapes(model_state, folder)
+            ckpt.check_model_fits(
+                folder, model_state, self.model.state_dict(), self.config.model.model_dump()
+            )
             self.model.load_state_dict(model_state)
             self.optimizer.load_state_dict(state["optimizer"])
         scheduler = dict(state["scheduler"])
@@ -922,22 +927,4 @@ class Trainer:
                 f"this run has {have}",
                 f"resume with --set data.dataloader_num_workers={was} (the loader position "
                 "is kept per worker)",
-            )
-
-    def _check_shapes(self, saved: dict[str, torch.Tensor], folder: Path) -> None:
-        current = self.model.state_dict()
-        missing = sorted(set(current) - set(saved))
-        extra = sorted(set(saved) - set(current))
-        changed = [
-            f"{k} {tuple(saved[k].shape)} -> {tuple(v.shape)}"
-            for k, v in current.items()
-            if k in saved and saved[k].shape != v.shape
-        ]
-        if missing or extra or changed:
-            detail = changed[:1] or [f"missing {missing[:1]}" if missing else f"extra {extra[:1]}"]
-            raise UserError(
-                f"checkpoint {folder} holds a different model ({len(changed)} changed, "
-                f"{len(missing)} missing, {len(extra)} extra tensors; first: {detail[0]})",
-                "resume with the model settings the checkpoint was trained with, "
-                "or start a new run",
             )
