@@ -23,6 +23,7 @@ ALLOWED = [
     r"device: \S+   precision: \w+   batch: .+ steps: \d+ \(\d+/epoch\)",
     r"distributed: \d+ processes, backend \w+, .+",
     r"run folder: .+",
+    r"cpu threads: \d+ \(.+\)",
     r"learning rate: .+ \(linear scaling; .+\)",
     r"epoch \d+/\d+  step \d+/\d+  .*lr \d\.\d\de[+-]\d\d.*",
     r"creating base model .+: random \w+ \w+, tokenizer trained on .+",

@@ -96,7 +96,7 @@ class ImageClassification:
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
         predicted = logits.argmax(dim=1)
         correct = (predicted == labels).sum()
-        if model.training:
+        if getattr(model, "training", True):  # a plain function: no eval counting
             self._eval_counts = None
         else:
             self._count_eval(labels, predicted)
