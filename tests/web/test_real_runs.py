@@ -45,7 +45,7 @@ def test_real_run_stops_with_a_checkpoint_and_resumes_to_the_end(make_client, pr
     view = wait_for(done(client, "digits-web"), timeout=600)
     assert view["status"] == "completed", view["message"]
     assert "resumed from runs/digits-web/checkpoints/checkpoint_interrupted" in "\n".join(
-        client.get("/api/runs/digits-web/log", params={"lines": 200}).json()["lines"]
+        client.get("/api/runs/digits-web/log", params={"lines": 1000}).json()["lines"]
     )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 1500 and not summary["interrupted"]
