@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fakes.cli_args import DIGITS_TINY
 from fakes.in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,16 +218,6 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert f"step {meta['global_step']})" in resumed.stdout
-
-
-DIGITS_TINY = [
-    str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
-    "--set", "model.embedding_dim=16", "--set", "model.num_layers=1",
-    "--set", "model.num_heads=2", "--set", "model.mlp_size=16",
-    "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
-    "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
-    "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
-]  # fmt: skip
 
 
 @pytest.mark.slow

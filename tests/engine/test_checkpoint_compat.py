@@ -10,19 +10,10 @@ import pytest
 import torch
 import yaml
 
+from fakes.cli_args import DIGITS_TINY as TINY
 from fakes.in_process import run_in_process
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
-
-REPO = Path(__file__).resolve().parents[2]
-TINY = [
-    str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
-    "--set", "model.embedding_dim=16", "--set", "model.num_layers=1",
-    "--set", "model.num_heads=2", "--set", "model.mlp_size=16",
-    "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
-    "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
-    "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
-]  # fmt: skip
 
 
 def save(folder: Path, model: dict, **meta) -> Path:
