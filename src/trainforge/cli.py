@@ -52,74 +52,93 @@ def _root(
     pass
 
 
-@app.command()
-def train(
-    config: Annotated[Path, typer.Argument(help="Run config file (.yaml or .json).")],
-    profile: ProfileOpt = None,
-    set_: SetOpt = None,
-    batch_size: Annotated[
-        str | None, typer.Option("--batch_size", help="Per-device batch, or auto.")
-    ] = None,
-    learning_rate: Annotated[float | None, typer.Option("--learning_rate")] = None,
-    max_epochs: Annotated[float | None, typer.Option("--max_epochs")] = None,
-    max_training_hours: Annotated[float | None, typer.Option("--max_training_hours")] = None,
-    embedding_dim: Annotated[int | None, typer.Option("--embedding_dim")] = None,
-    num_layers: Annotated[int | None, typer.Option("--num_layers")] = None,
-    num_heads: Annotated[int | None, typer.Option("--num_heads")] = None,
-    mlp_size: Annotated[int | None, typer.Option("--mlp_size")] = None,
-    resume_from: Annotated[
-        str | None,
-        typer.Option("--resume_from", "--resume", help="Checkpoint folder, or auto (newest)."),
-    ] = None,
-    base_model: Annotated[
-        str | None, typer.Option("--base-model", help="causal-lm: base model folder (models/NAME).")
-    ] = None,
-    output_name: Annotated[
-        str | None, typer.Option("--output-name", help="causal-lm: write models/OUTPUT_NAME.")
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing run folder / output model.")
-    ] = False,
-) -> None:
-    """Train: validate the config, detect the hardware, then run the training loop."""
-    import json
+_FORWARD = {"allow_extra_args": True, "ignore_unknown_options": True}
 
-    from trainforge.config import validate
+
+@app.command("train", context_settings=_FORWARD, add_help_option=False)
+def train(ctx: typer.Context) -> None:
+    """Train: `train CONFIG [FLAGS]` or `train --resume runs/NAME [FLAGS]` (--help: flags)."""
+    from trainforge.config import flags as run_flags
+
+    args = run_flags.parse(list(ctx.args))
+    if args.help:
+        print(run_flags.help_text("train"))
+        return
     from trainforge.hardware import detect
+    from trainforge.parallel import env_ranks
 
-    flags = {
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "max_epochs": max_epochs,
-        "max_training_hours": max_training_hours,
-        "embedding_dim": embedding_dim,
-        "num_layers": num_layers,
-        "num_heads": num_heads,
-        "mlp_size": mlp_size,
-    }
     platform = detect()
-    # The Jetson guide's flags; explicit --set values given after them still win.
-    quoted = json.dumps  # a YAML string whatever the name looks like (1e5, yes, ...)
-    named = [f"model.model_name_or_path={quoted(base_model)}"] if base_model else []
-    if output_name:
-        name = quoted(output_name)
-        named += [f"output.model_name={name}", f"output.run_name={name}"]
-    named += ["output.overwrite=true"] if overwrite else []
-    resolved = validate(
-        config, platform=platform, profile=profile, overrides=named + (set_ or []), flags=flags
-    )
+    ranks = env_ranks(os.environ)
+    resolved, resume = _resolve_run(args, platform, ranks[1] if ranks else 1)
     from trainforge.engine.run import train as run_training
 
-    summary = run_training(resolved, platform, resume_from=resume_from)
+    summary = run_training(resolved, platform, resume_from=resume)
     _print_summary(summary)
     if summary.interrupted:
         raise typer.Exit(summary.exit_code)
 
 
+def _resolve_run(args, platform, world_size: int, **check: object):
+    """(the resolved run, what to resume from: None, auto or a checkpoint folder).
+
+    `--resume runs/NAME` rebuilds the run recorded in that folder (its run.json), with
+    the flags given now on top; `--resume CHECKPOINT` does so from that checkpoint."""
+    from trainforge.config import validate
+    from trainforge.runfolder import find_run
+
+    resume, recorded, config_path, profile = args.resume, None, args.config, args.profile
+    flags = dict(args.flags)
+    if resume not in (None, "auto"):
+        found = find_run(resume)
+        if found is None:
+            raise UserError(
+                f"--resume {resume}: not a run folder or checkpoint folder",
+                "pass a run folder such as runs/NAME (see `ls runs`), or auto",
+            )
+        folder, checkpoint = found
+        resume = str(checkpoint) if checkpoint else "auto"
+        if folder.is_run():
+            record = folder.read_run()
+            recorded = record.get("recipe") or {}
+            config_path = config_path or (
+                Path(record["config_file"]) if record.get("config_file") else None
+            )
+            profile = profile or record.get("profile")
+            _print_changes(folder, args)
+        elif config_path is None:
+            raise UserError(
+                f"--resume {resume}: {folder.path} has no run record (run.json)",
+                f"name its config too: trainforge train CONFIG --resume {folder.path}",
+            )
+        flags["output.dir"] = str(folder.path.parent)
+        flags["output.run_name"] = folder.path.name
+    if config_path is None and recorded is None:
+        raise UserError("no run config given", "trainforge train CONFIG (or --config FILE)")
+    resolved = validate(
+        config_path,
+        platform=platform,
+        profile=profile,
+        overrides=args.overrides,
+        flags=flags,
+        recorded=recorded,
+        world_size=world_size,
+        **check,
+    )
+    return resolved, resume
+
+
+def _print_changes(folder, args) -> None:
+    given = [f"{k} = {v!r}" for k, v in args.flags.items()] + list(args.overrides)
+    if given and os.environ.get("RANK", "0") == "0":
+        print(f"resuming {folder.path} with changed values: " + "; ".join(given))
+
+
 def _print_summary(summary) -> None:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
         return
-    run = summary.run_dir
+    from trainforge.runfolder import RunFolder
+
+    folder = RunFolder(summary.run_dir)
     metrics = summary.final_metrics
     print(
         f"done: {summary.stop_reason} after {summary.global_step} steps "
@@ -127,27 +146,37 @@ def _print_summary(summary) -> None:
     )
     if "accuracy" in metrics:
         print(f"validation accuracy {metrics['accuracy'] * 100:.2f}%  loss {metrics['loss']:.4f}")
-    print(f"checkpoints: {run / 'checkpoints'}")
-    print(f"TensorBoard: tensorboard --logdir {run / 'tensorboard'}")
-    print(f"metrics:     {run / 'metrics.jsonl'}")
-    if (run / "model.safetensors").exists():
-        print(f"final model: {run / 'model.safetensors'}")
+    for label, path in (
+        ("checkpoints:", folder.checkpoints),
+        ("TensorBoard:", folder.tensorboard),
+        ("metrics:    ", folder.metrics),
+        ("final model:", folder.model),
+    ):
+        if path.exists():
+            shown = f"tensorboard --logdir {path}" if label == "TensorBoard:" else path
+            print(f"{label} {shown}")
 
 
-@app.command("validate")
-def validate_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Run config files to check.")],
-    profile: ProfileOpt = None,
-) -> None:
-    """Check run configs without loading data: OK per valid file, every error otherwise."""
-    from trainforge.config import ConfigError, validate
+@app.command("validate", context_settings=_FORWARD, add_help_option=False)
+def validate_cmd(ctx: typer.Context) -> None:
+    """Check run configs without loading data: `validate FILE... [--profile NAME] [FLAGS]`."""
+    from trainforge.config import ConfigError
+    from trainforge.config import flags as run_flags
     from trainforge.hardware import detect
 
+    args = run_flags.parse(list(ctx.args))
+    if args.help:
+        print(run_flags.help_text("validate"))
+        return
+    files = ([args.config] if args.config else []) + args.files
+    if not files:
+        raise UserError("no run config given", "trainforge validate FILE...")
     platform = detect()
     failed = False
     for path in files:
+        args.config = path
         try:
-            validate(path, platform=platform, profile=profile)
+            _resolve_run(args, platform, args.world_size or 1, for_profile=True)
             print(f"OK {path}")
         except ConfigError as err:
             failed = True
@@ -160,17 +189,27 @@ def validate_cmd(
         raise typer.Exit(2)
 
 
-@config_app.command("show")
-def config_show(
-    file: Annotated[Path, typer.Argument(help="Run config file.")],
-    profile: ProfileOpt = None,
-    set_: SetOpt = None,
-) -> None:
-    """Print the resolved config and where every value came from."""
-    from trainforge.config import get_dotted, validate
+@config_app.command("show", context_settings=_FORWARD, add_help_option=False)
+def config_show(ctx: typer.Context) -> None:
+    """Print the resolved config and plan, and where every value came from: `config show
+    FILE [--profile NAME] [--world_size N] [every flag train takes]`."""
+    from trainforge.config import ConfigError, get_dotted
+    from trainforge.config import flags as run_flags
+    from trainforge.hardware import detect
 
-    resolved = validate(file, profile=profile, overrides=set_ or [])
+    args = run_flags.parse(list(ctx.args))
+    if args.help:
+        print(run_flags.help_text("config show"))
+        return
+    try:
+        resolved, _ = _resolve_run(args, detect(), args.world_size or 1, for_profile=True)
+    except ConfigError as err:
+        for line in err.lines:
+            print(line, file=sys.stderr)
+        raise typer.Exit(2) from None
     print(f"# profile: {resolved.profile.name} ({resolved.profile_reason})")
+    for line in resolved.notes:
+        print(f"# {line}")
     width = max(len(k) for k in resolved.sources)
     for path, source in resolved.sources.items():
         value = get_dotted(resolved.config, path)
@@ -280,9 +319,6 @@ def models(ctx: typer.Context) -> None:
     code = models_main(list(ctx.args))
     if code:
         raise typer.Exit(code)
-
-
-_FORWARD = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 @app.command("export", context_settings=_FORWARD, add_help_option=False)

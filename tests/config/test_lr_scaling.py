@@ -1,16 +1,19 @@
-"""Learning-rate scaling against the config file's reference batch (the notes' rule)."""
+"""Learning-rate scaling against the recipe's reference batch (the notes' rule): only the
+command line changes the effective batch, never the profile or the process count."""
 
 from __future__ import annotations
 
 import pytest
 
+from trainforge.config import Target, finalize
 from trainforge.config.loading import load
-from trainforge.config.lr_scaling import scale_learning_rate
+from trainforge.config.lr_scaling import scaled_rate
 
 FILE = """
 training: {per_device_train_batch_size: 24, gradient_accumulation_steps: 1}
 optimizer: {learning_rate: 3.0e-4}
 """
+CPU = Target("cpu", False, "test cpu")
 
 
 @pytest.fixture
@@ -20,39 +23,50 @@ def cfg_file(tmp_path):
     return path
 
 
-def resolve(path, *overrides, flags=None):
-    return load(path, overrides=list(overrides), profile="cpu", flags=flags or {})
+def plan(path, *overrides, flags=None, world_size=1, profile="cpu"):
+    resolved = load(path, overrides=list(overrides), profile=profile, flags=flags or {})
+    final = finalize(resolved, CPU, world_size)
+    return final.config, "\n".join(final.notes)
 
 
 def test_the_notes_example_linear(cfg_file):
-    config, line = scale_learning_rate(resolve(cfg_file, "training.per_device_train_batch_size=20"))
+    config, line = plan(cfg_file, "training.per_device_train_batch_size=20")
     assert config.optimizer.learning_rate == pytest.approx(2.5e-4)
-    assert "0.0003 for global batch 24 -> 0.00025 for global batch 20 (linear scaling" in line
+    assert "0.0003 for effective batch 24 -> 0.00025 for effective batch 20 (linear" in line
 
 
-def test_sqrt_none_unchanged_and_world_size(cfg_file):
-    config, _ = scale_learning_rate(
-        resolve(cfg_file, "training.per_device_train_batch_size=96", "optimizer.lr_scaling=sqrt")
+def test_sqrt_none_and_unchanged(cfg_file):
+    config, _ = plan(
+        cfg_file, "training.per_device_train_batch_size=96", "optimizer.lr_scaling=sqrt"
     )
     assert config.optimizer.learning_rate == pytest.approx(6e-4)
-    config, line = scale_learning_rate(
-        resolve(cfg_file, "training.per_device_train_batch_size=20", "optimizer.lr_scaling=none")
+    config, line = plan(
+        cfg_file, "training.per_device_train_batch_size=20", "optimizer.lr_scaling=none"
     )
     assert config.optimizer.learning_rate == 3e-4 and line == ""
-    config, line = scale_learning_rate(resolve(cfg_file))
+    config, line = plan(cfg_file)
     assert config.optimizer.learning_rate == 3e-4 and line == ""
-    # 12 per process x 2 processes = the reference 24: nothing to scale.
-    config, line = scale_learning_rate(
-        resolve(cfg_file, "training.per_device_train_batch_size=12"), world_size=2
-    )
-    assert config.optimizer.learning_rate == 3e-4 and line == ""
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
+def test_the_process_count_never_changes_batch_or_rate(cfg_file, world_size):
+    config, _ = plan(cfg_file, world_size=world_size)
+    t = config.training
+    assert config.optimizer.learning_rate == 3e-4
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps * world_size == 24
+    assert t.global_batch_size == 24
 
 
 def test_explicit_reference_and_a_rate_given_on_the_command_line(cfg_file):
-    config, _ = scale_learning_rate(resolve(cfg_file, "optimizer.reference_batch_size=48"))
+    config, _ = plan(cfg_file, "optimizer.reference_batch_size=48")
     assert config.optimizer.learning_rate == pytest.approx(1.5e-4)
-    resolved = resolve(
+    config, line = plan(
         cfg_file, "training.per_device_train_batch_size=20", flags={"learning_rate": 1e-3}
     )
-    config, line = scale_learning_rate(resolved)
     assert config.optimizer.learning_rate == 1e-3 and line == ""
+
+
+def test_scaled_rate_is_the_rule():
+    assert scaled_rate(3e-4, 24, 20, "linear")[0] == pytest.approx(2.5e-4)
+    assert scaled_rate(3e-4, 24, 96, "sqrt")[0] == pytest.approx(6e-4)
+    assert scaled_rate(3e-4, 24, 20, "none") == (3e-4, "")

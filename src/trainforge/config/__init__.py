@@ -1,7 +1,8 @@
 """Run configuration: schema, loading with layering and sources, validation messages.
 
-`load()` resolves profile < file < flags into a frozen `RunConfig`; `validate()` adds the
-cross-field rules and raises a `ConfigError` listing every problem.
+`load()` resolves profile < environment < file < flags into a frozen `RunConfig`;
+`plan.finalize()` resolves that recipe for a target and a process count; `validate()` does
+both and adds the cross-field rules, raising a `ConfigError` listing every problem.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainforge.config.checks import check, image_shape
 from trainforge.config.errors import ConfigError
 from trainforge.config.loading import GUIDE_FLAGS, ResolvedConfig, get_dotted, leaf_paths, load
+from trainforge.config.plan import Target, finalize, platform_target, profile_target
 from trainforge.config.schema import RunConfig
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ __all__ = [
     "ConfigError",
     "ResolvedConfig",
     "RunConfig",
+    "Target",
+    "finalize",
     "get_dotted",
     "image_shape",
     "leaf_paths",
@@ -34,9 +38,16 @@ def validate(
     path: Path | None,
     *,
     platform: Platform | None = None,
+    for_profile: bool = False,
+    world_size: int = 1,
     **load_args: Any,
 ) -> ResolvedConfig:
-    """Load and check a config; raise ConfigError with every problem found."""
+    """Load, plan and check a config; raise ConfigError with every problem found, key
+    errors and cross-field errors in one pass.
+
+    Hardware rules judge the machine in hand (`platform`), or with `for_profile` the named
+    profile's hardware, so a Jetson or cluster config checks fine on a laptop or login node.
+    """
     if platform is None:
         from trainforge.hardware import detect
 
@@ -45,9 +56,17 @@ def validate(
         from trainforge.hardware import pick_profile
 
         load_args["pick_auto_profile"] = lambda: pick_profile(platform)
-    resolved = load(path, **load_args)
-    problems = check(resolved.config, platform)
+    label = str(path) if path else "<defaults>"
+    try:
+        resolved = load(path, **load_args)
+    except ConfigError as err:
+        extra = check(err.salvaged, None) if err.salvaged is not None else []
+        raise ConfigError(err.lines + [f"{label}: {p}" for p in extra]) from None
+    named = not resolved.profile_reason.startswith("auto")
+    target = profile_target(resolved.profile) if for_profile and named else None
+    target = target or platform_target(platform)
+    resolved = finalize(resolved, target, world_size)
+    problems = check(resolved.config, target)
     if problems:
-        label = str(path) if path else "<defaults>"
         raise ConfigError([f"{label}: {p}" for p in problems])
     return resolved

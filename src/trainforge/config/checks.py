@@ -1,8 +1,8 @@
 """Cross-field rules that a single field's type cannot express.
 
 Each rule returns one-line messages naming the dotted field, the bad value and the fix.
-`platform` is the detected machine (for device and precision rules); it is passed in so that
-tests can check the rules against recorded platforms.
+`target` is the hardware the config is judged for (for device and precision rules): the
+machine in hand at `train`, or a named profile's hardware at `validate --profile`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from trainforge.config.schema import RunConfig
 
 if TYPE_CHECKING:
-    from trainforge.hardware import Platform
+    from trainforge.config.plan import Target
 
 # Side length and channel count of each built-in data set's images.
 DATASET_SHAPES = {"cifar10": (32, 3), "digits": (8, 1)}
@@ -23,7 +23,7 @@ def image_shape(config: RunConfig) -> tuple[int, int]:
     return DATASET_SHAPES.get(config.data.dataset, (config.data.image_size or 32, 3))
 
 
-def check(config: RunConfig, platform: Platform | None = None) -> list[str]:
+def check(config: RunConfig, target: Target | None = None) -> list[str]:
     problems: list[str] = []
     for rule in (
         _model_rules,
@@ -34,8 +34,8 @@ def check(config: RunConfig, platform: Platform | None = None) -> list[str]:
         _causal_lm_rules,
     ):
         problems.extend(rule(config))
-    if platform is not None:
-        problems.extend(_device_rules(config, platform))
+    if target is not None:
+        problems.extend(_device_rules(config, target))
     return problems
 
 
@@ -176,19 +176,19 @@ def _causal_lm_rules(c: RunConfig) -> list[str]:
     return out
 
 
-def _device_rules(c: RunConfig, platform: Platform) -> list[str]:
-    from trainforge.errors import UserError
-    from trainforge.hardware import resolve_device
-
-    try:
-        device = resolve_device(c.training.device, platform)
-    except UserError as err:
-        return [f"training.device = {c.training.device!r}: {err}"]
+def _device_rules(c: RunConfig, target: Target) -> list[str]:
+    device = target.device if c.training.device == "auto" else c.training.device
+    if device not in ("cpu", target.device):
+        return [
+            f"training.device = {device!r}: {target.label} has no {device.upper()} device; "
+            "set training.device=auto or cpu"
+        ]
     precision = c.training.precision
     if precision == "fp16" and device != "cuda":
         return [
-            f"training.precision = 'fp16': needs a CUDA device, but this run uses {device}; "
-            "set training.precision=auto (fp32 on CPU) or bf16"
+            f"training.precision = 'fp16': needs a CUDA device, but this run uses {device} "
+            f"({target.label}); set training.precision=auto (fp32 on CPU) or bf16, or check "
+            "for the run's hardware with --profile NAME"
         ]
     if precision == "bf16" and device == "mps":
         return ["training.precision = 'bf16': not supported on MPS; set training.precision=auto"]

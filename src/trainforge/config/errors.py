@@ -14,8 +14,11 @@ from trainforge.errors import UserError
 class ConfigError(UserError):
     """One or more config problems; each element of `lines` is a complete one-line message."""
 
-    def __init__(self, lines: Sequence[str]) -> None:
+    def __init__(self, lines: Sequence[str], salvaged: Any = None) -> None:
         self.lines = list(lines)
+        # The config with the bad values left at their defaults (None: none could be
+        # built), so cross-field rules can still be judged in the same pass.
+        self.salvaged = salvaged
         super().__init__("\n".join(self.lines))
 
     def line(self) -> str:

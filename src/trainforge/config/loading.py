@@ -1,15 +1,18 @@
-"""Loading and layering: built-in profile < run config file < CLI flags => a frozen RunConfig.
+"""Loading and layering: built-in profile < environment < run config file < CLI flags.
 
-Every resolved leaf value remembers where it came from ("default", "profile cpu",
-"file config/x.yaml", "flag --batch_size"), which `trainforge config show` prints.
-Nothing here imports torch: `trainforge validate` must answer in well under a second.
+The result is a frozen RunConfig in which every leaf value remembers where it came from
+("default", "profile cpu", "env WANDB_PROJECT", "file config/x.yaml", "flag --batch_size"),
+which `trainforge config show` prints. The recipe layers (the file's data and the flags)
+are kept beside it, so the run folder can record them and a resume can rebuild the same
+run without the original file or command line. `trainforge.config.plan` then resolves the
+recipe for a target. Nothing here imports torch: `trainforge validate` answers at once.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,21 +23,27 @@ from pydantic import ValidationError
 
 from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
+from trainforge.config.flags import flag_fields
 from trainforge.config.guide_profile import from_guide_profile
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
 from trainforge.profiles import Profile, load_profile
 
-# The ViT guide's command-line flags and the config field each one sets.
+# The ViT guide's command-line flags (and the rest of the schema's) live in config/flags.py.
 GUIDE_FLAGS: dict[str, str] = {
-    "batch_size": "training.per_device_train_batch_size",
-    "learning_rate": "optimizer.learning_rate",
-    "max_epochs": "training.num_train_epochs",
-    "max_training_hours": "training.max_training_hours",
-    "embedding_dim": "model.embedding_dim",
-    "num_layers": "model.num_layers",
-    "num_heads": "model.num_heads",
-    "mlp_size": "model.mlp_size",
+    name: path
+    for name, path in flag_fields().items()
+    if name
+    in (
+        "batch_size",
+        "learning_rate",
+        "max_epochs",
+        "max_training_hours",
+        "embedding_dim",
+        "num_layers",
+        "num_heads",
+        "mlp_size",
+    )
 }
 
 
@@ -46,6 +55,11 @@ class ResolvedConfig:
     profile_reason: str
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    # The recipe as given: {"file": the file's data, "flags": the command line's layer,
+    # "flag_sources": dotted path -> "flag --name"}; what run.json records.
+    layers: dict[str, Any] = field(default_factory=dict)
+    profile_requested: str | None = None  # --profile as given (None: the file's or auto)
+    notes: tuple[str, ...] = ()  # lines the run prints about how it was resolved
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -100,39 +114,49 @@ def load(
     overrides: Sequence[str] = (),
     flags: Mapping[str, Any] | None = None,
     pick_auto_profile: Callable[[], tuple[str, str]] | None = None,
+    recorded: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ResolvedConfig:
-    """Resolve a run config. `flags` are guide flags (GUIDE_FLAGS keys) given on the CLI."""
+    """Resolve a run config.
+
+    `flags` maps a flag name (`batch_size`, `max_steps`: see `trainforge.config.flags`) or a
+    dotted field to its value. `recorded` is a run folder's recorded recipe (`layers` of an
+    earlier resolution): its file data stands in for the file and its flags come first,
+    under the ones given now.
+    """
     label = str(path) if path else "<defaults>"
-    file_data = from_guide_profile(read_config_file(path), label) if path else {}
-    cli_layer: dict[str, Any] = {}
-    cli_sources: dict[str, str] = {}
+    if recorded is not None:
+        file_data = copy.deepcopy(recorded.get("file") or {})
+    else:
+        file_data = from_guide_profile(read_config_file(path), label) if path else {}
+    cli_layer: dict[str, Any] = copy.deepcopy(dict((recorded or {}).get("flags") or {}))
+    cli_sources: dict[str, str] = dict((recorded or {}).get("flag_sources") or {})
+    fields = flag_fields()
     for name, value in (flags or {}).items():
         if value is not None:
-            _set_dotted(cli_layer, GUIDE_FLAGS[name], value)
-            cli_sources[GUIDE_FLAGS[name]] = f"flag --{name}"
+            key = name if "." in name else fields[name]
+            _set_dotted(cli_layer, key, value)
+            cli_sources[key] = f"flag --{name}" if "." not in name else f"flag --{key}"
     for item in overrides:
         key, value = parse_set_flag(item)
         _check_known_path(key, "--set")
         _set_dotted(cli_layer, key, value)
         cli_sources[key] = f"flag --set {key}"
+    return _resolve(path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env)
 
-    profile_name = profile or cli_layer.get("profile") or file_data.get("profile") or "auto"
-    if not isinstance(profile_name, str):
-        raise UserError(f"{label}: profile = {profile_name!r} must be a name", "e.g. profile: auto")
-    reason = "named in the run config" if profile is None else "named by --profile"
-    if profile_name == "auto":
-        if pick_auto_profile is None:
-            pick_auto_profile = _detect_profile
-        profile_name, reason = pick_auto_profile()
-        reason = f"auto: {reason}"
-    try:
-        prof = load_profile(profile_name)
-    except UserError as err:
-        raise UserError(f"{label}: profile = {profile_name!r}: {err.message}", err.fix) from None
 
-    # The trackers' own variables (WANDB_PROJECT, ...) sit over the profile and under the
-    # file and the flags: an explicit setting wins, as in the trackers' documentation.
-    env_data, env_sources = environment_layer(os.environ)
+def _resolve(
+    path: Path | None,
+    label: str,
+    file_data: dict[str, Any],
+    cli_layer: dict[str, Any],
+    cli_sources: dict[str, str],
+    profile: str | None,
+    pick_auto_profile: Callable[[], tuple[str, str]] | None,
+    env: Mapping[str, str] | None,
+) -> ResolvedConfig:
+    prof, reason = _pick_profile(label, profile, cli_layer, file_data, pick_auto_profile)
+    env_data, env_sources = _environment(env)
     layers: list[tuple[str, dict[str, Any]]] = [
         (f"profile {prof.name}", copy.deepcopy(prof.settings)),
         ("environment", env_data),
@@ -154,7 +178,8 @@ def load(
     try:
         config = RunConfig.model_validate(merged)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, label, merged)) from None
+        lines = format_validation_error(err, label, merged)
+        raise ConfigError(lines, salvaged=_salvage(merged, err)) from None
     return ResolvedConfig(
         config=config,
         sources=_complete_sources(config, sources),
@@ -162,7 +187,52 @@ def load(
         profile_reason=reason,
         path=path,
         raw=merged,
+        layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
+        profile_requested=profile,
     )
+
+
+def _pick_profile(
+    label: str,
+    profile: str | None,
+    cli_layer: dict[str, Any],
+    file_data: dict[str, Any],
+    pick_auto_profile: Callable[[], tuple[str, str]] | None,
+) -> tuple[Profile, str]:
+    profile_name = profile or cli_layer.get("profile") or file_data.get("profile") or "auto"
+    if not isinstance(profile_name, str):
+        raise UserError(f"{label}: profile = {profile_name!r} must be a name", "e.g. profile: auto")
+    reason = "named in the run config" if profile is None else "named by --profile"
+    if profile_name == "auto":
+        if pick_auto_profile is None:
+            pick_auto_profile = _detect_profile
+        profile_name, reason = pick_auto_profile()
+        reason = f"auto: {reason}"
+    try:
+        return load_profile(profile_name), reason
+    except UserError as err:
+        raise UserError(f"{label}: profile = {profile_name!r}: {err.message}", err.fix) from None
+
+
+def _environment(env: Mapping[str, str] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The environment's layer: the trackers' own variables (WANDB_PROJECT, ...)."""
+    return environment_layer(os.environ if env is None else env)
+
+
+def _salvage(merged: dict[str, Any], err: ValidationError) -> RunConfig | None:
+    """The config with every value the error names removed (so its default applies)."""
+    data = copy.deepcopy(merged)
+    for item in err.errors():
+        loc = [p for p in item["loc"] if isinstance(p, str) and not p.startswith("function-")]
+        node: Any = data
+        for part in loc[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and loc:
+            node.pop(loc[-1], None)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def _detect_profile() -> tuple[str, str]:
@@ -229,15 +299,3 @@ def get_dotted(config: RunConfig, path: str) -> Any:
     for part in path.split("."):
         node = getattr(node, part)
     return node
-
-
-def with_overrides(resolved: ResolvedConfig, values: Mapping[str, Any]) -> RunConfig:
-    """A copy of the config with some dotted fields replaced (validated again)."""
-    data = resolved.config.model_dump()
-    for key, value in values.items():
-        _set_dotted(data, key, value)
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as err:
-        label = str(resolved.path) if resolved.path else "<defaults>"
-        raise ConfigError(format_validation_error(err, label, data)) from None

@@ -163,15 +163,18 @@ class OptimizerConfig(Section):
     )
     lr_scaling: Literal["linear", "sqrt", "none"] = Field(
         "linear",
-        description="When a profile, a flag or the process count changes the global batch "
-        "from the reference, scale learning_rate by new/reference (linear, the notes' rule: "
-        "3e-4 x 20/24 = 2.5e-4), its square root, or not at all.",
+        description="When the command line changes the effective batch away from the "
+        "recipe's reference batch, scale learning_rate by new/reference (linear, the "
+        "training-optimisation notes' rule: 3e-4 x 20/24 = 2.5e-4), by its square root, or "
+        "not at all. A profile, the process count or a micro-batch probe never changes the "
+        "effective batch, so they never scale the rate; a learning rate given on the command "
+        "line is taken as meant for the batch in use.",
     )
     reference_batch_size: int | None = Field(
         None,
         ge=1,
-        description="Global batch learning_rate was tuned for (None: the config file's own "
-        "per_device_train_batch_size x gradient_accumulation_steps; with auto, 128).",
+        description="Effective batch learning_rate was tuned for (None: the effective batch "
+        "the run config file itself asks for).",
     )
 
 
@@ -193,11 +196,19 @@ class TrainingConfig(Section):
     )
     per_device_train_batch_size: int | Literal["auto"] = Field(
         128,
-        description="Micro-batch per device, or auto: the largest that fits the memory "
-        "budget (hardware.memory_budget_gib, else the GPU's memory or the available RAM) "
-        "less batch_fit_margin, found with real training steps at start; "
-        "gradient_accumulation_steps is then set to keep the global batch "
-        "(optimizer.reference_batch_size, else the config file's own, else 128).",
+        description="The recipe's batch per optimizer step on one device, before "
+        "accumulation: per_device_train_batch_size x gradient_accumulation_steps is the "
+        "effective batch unless global_batch_size names it. The hardware profile never "
+        "changes it; the resolved plan splits the effective batch over processes and "
+        "micro-batches (hardware.micro_batch_size) and writes the micro-batch here. auto: "
+        "keep the effective batch and probe the largest micro-batch that fits.",
+    )
+    global_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Effective batch: samples per optimizer step across accumulation and "
+        "processes (the recipe). None: per_device_train_batch_size x "
+        "gradient_accumulation_steps as the run config gives them.",
     )
     batch_fit_margin: float = Field(
         0.1,
@@ -207,7 +218,10 @@ class TrainingConfig(Section):
         "(0.1 = 10%).",
     )
     gradient_accumulation_steps: int = Field(
-        1, ge=1, description="Micro-batches per optimizer step."
+        1,
+        ge=1,
+        description="Micro-batches per optimizer step in the recipe; the resolved plan sets "
+        "the accumulation that reaches the effective batch with the hardware's micro-batch.",
     )
     max_grad_norm: float | None = Field(
         1.0, gt=0.0, description="Gradient clipping norm (None: off)."
@@ -380,6 +394,23 @@ class OutputConfig(Section):
 
 
 class HardwareConfig(Section):
+    micro_batch_size: int | Literal["auto"] | None = Field(
+        None,
+        description="Largest micro-batch per device this hardware runs (a profile's "
+        "setting): the plan splits each process's share of the effective batch into "
+        "micro-batches no larger than this and accumulates the rest. auto: probe the largest "
+        "that fits the memory budget with real training steps. None: no limit.",
+    )
+
+    @field_validator("micro_batch_size", mode="before")
+    @classmethod
+    def _micro_or_auto(cls, value: object) -> object:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("must be a whole number of at least 1, auto, or null")
+        return value
+
     memory_budget_gib: float | None = Field(
         None, gt=0.0, description="Device memory the run may use, in GiB (profile guidance)."
     )

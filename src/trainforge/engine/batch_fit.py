@@ -23,10 +23,13 @@ neither works with this project's task contract.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from trainforge.config.plan import BatchPlan, plan_accumulation
+
+__all__ = ["BatchPlan", "OutOfMemory", "plan_accumulation", "resolve_auto_batch"]
 
 GIB = 1024**3
 
@@ -50,22 +53,6 @@ class FitSearch:
     # (size, bytes, note): note is fits, over, predicted (bytes: the prediction), held
     # (bytes held before any step already over), or out of memory (bytes: None)
     tried: list[tuple[int, int | None, str]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    micro_batch: int
-    accumulation: int
-    world_size: int
-    target: int  # the global batch asked for
-
-    @property
-    def global_batch(self) -> int:
-        return self.micro_batch * self.accumulation * self.world_size
-
-    @property
-    def exact(self) -> bool:
-        return self.global_batch == self.target
 
 
 def gib(num_bytes: float) -> str:
@@ -178,29 +165,6 @@ def search_micro_batch(
     return FitSearch(lo, best_peak.get(lo), budget_bytes, usable, margin, cap, tried)
 
 
-def plan_accumulation(max_micro_batch: int, target: int, world_size: int = 1) -> BatchPlan:
-    """Micro-batch and accumulation for a global batch of `target` over `world_size` ranks.
-
-    The global batch is kept exactly when some split does it with a micro-batch of at least
-    half the fitted one (always so when `target` is a power of two). Otherwise the
-    micro-batch is rounded up to reach `target` in the fewest accumulation steps, so the
-    global batch is at most accumulation x world_size - 1 above `target`; learning-rate
-    scaling then adjusts the rate for the difference and prints it.
-    """
-    assert max_micro_batch >= 1 and target >= 1 and world_size >= 1
-    fewest = math.ceil(target / (world_size * max_micro_batch))
-    accumulation = fewest
-    while True:
-        micro, rest = divmod(target, world_size * accumulation)
-        if micro < max(1, math.ceil(max_micro_batch / 2)):
-            break
-        if rest == 0:
-            return BatchPlan(micro, accumulation, world_size, target)
-        accumulation += 1
-    micro = math.ceil(target / (world_size * fewest))
-    return BatchPlan(micro, fewest, world_size, target)
-
-
 def fit_line(plan: BatchPlan, search: FitSearch | None, how: str) -> str:
     """The one line printed at start."""
     world = f" x {plan.world_size} processes" if plan.world_size > 1 else ""
@@ -249,19 +213,22 @@ def resolve_auto_batch(
 ) -> tuple[Any, str]:
     """(the ResolvedConfig with `auto` replaced by numbers, the line to print at start).
 
-    A config without `auto` comes back unchanged with an empty line. The global batch kept
-    is `reference_global_batch` (see `trainforge.config.lr_scaling`), written back as
-    `optimizer.reference_batch_size` so learning-rate scaling compares against it. A resumed
-    run keeps the numbers its checkpoint was trained with instead of probing again.
+    A config without `auto` comes back unchanged with an empty line. The effective batch
+    kept is the plan's `training.global_batch_size` (the recipe's; see
+    `trainforge.config.plan`). A resumed run keeps the numbers its checkpoint was trained
+    with instead of probing again. Where no split reaches the effective batch exactly,
+    learning-rate scaling adjusts the rate for the difference and says so.
     """
     from trainforge import parallel
-    from trainforge.config.lr_scaling import reference_global_batch
 
     if resolved.config.training.per_device_train_batch_size != "auto":
         return resolved, ""
     world = parallel.context().world_size
-    target = reference_global_batch(resolved)
-    assert target is not None  # auto always has a reference
+    target = resolved.config.training.global_batch_size
+    if target is None:  # a config that was never planned (library use)
+        from trainforge.config.plan import effective_batch
+
+        target = effective_batch(resolved)
     saved = _checkpoint_batch(start_from) if start_from is not None else None
     if saved is not None:
         micro, accumulation, target = saved
@@ -284,35 +251,46 @@ def _checkpoint_batch(checkpoint: Any) -> tuple[int, int, int] | None:
 
     try:
         saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8")) or {}
-        t, o = saved["training"], saved.get("optimizer") or {}
+        t = saved["training"]
         micro = int(t["per_device_train_batch_size"])
         accumulation = int(t["gradient_accumulation_steps"])
+        target = int(t.get("global_batch_size") or 0)
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
         return None
-    reference = o.get("reference_batch_size")
-    return micro, accumulation, int(reference) if reference else micro * accumulation
+    return micro, accumulation, target or micro * accumulation
 
 
 def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
     from dataclasses import replace
+
+    from trainforge.config.lr_scaling import scaled_rate
 
     config = resolved.config
     training = config.training.model_copy(
         update={
             "per_device_train_batch_size": plan.micro_batch,
             "gradient_accumulation_steps": plan.accumulation,
+            "global_batch_size": plan.global_batch,
         }
     )
-    optimizer = config.optimizer.model_copy(update={"reference_batch_size": plan.target})
     sources = dict(resolved.sources)
     for key in (
         "training.per_device_train_batch_size",
         "training.gradient_accumulation_steps",
-        "optimizer.reference_batch_size",
+        "training.global_batch_size",
     ):
         sources[key] = f"batch fit ({sources.get(key, 'default')})"
+    optimizer, notes = config.optimizer, list(resolved.notes)
+    if not sources.get("optimizer.learning_rate", "").startswith("flag"):
+        rate, line = scaled_rate(
+            optimizer.learning_rate, plan.target, plan.global_batch, optimizer.lr_scaling
+        )
+        if line:
+            optimizer = optimizer.model_copy(update={"learning_rate": rate})
+            notes.append(line)
     return replace(
         resolved,
         config=config.model_copy(update={"training": training, "optimizer": optimizer}),
         sources=sources,
+        notes=tuple(notes),
     )

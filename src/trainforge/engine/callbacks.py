@@ -81,6 +81,16 @@ class CheckpointCadence(Callback):
         if self.save_best and trainer.state.improved:
             trainer.save_checkpoint("best_model")
 
+    def on_fit_end(self, trainer: Trainer) -> None:
+        # Every run that ends leaves a checkpoint of its last step, so extending max_steps
+        # or num_train_epochs continues from there and redoes nothing. A signal or the time
+        # limit saved one already; a diverged run keeps its last good one.
+        if trainer.interrupted or trainer.diverged or trainer.state.global_step == 0:
+            return
+        last = trainer.last_checkpoint_step
+        if last != trainer.state.global_step:
+            trainer.save_checkpoint(f"checkpoint-{trainer.state.global_step}", wait=True)
+
 
 class TimeLimit(Callback):
     """Stop after `max_hours` of training time, saving `checkpoint_time_limit` first."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import yaml
 
 from trainforge.config import ResolvedConfig, RunConfig
 from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder, for_config, resume_command
 
 
 @dataclass
@@ -61,32 +61,23 @@ def config_hash(config: RunConfig) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run_dir_for(resolved: ResolvedConfig) -> Path:
+def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
     out = resolved.config.output
-    name = out.run_name or (resolved.path.stem if resolved.path else "run")
-    return Path(out.dir) / name
+    return for_config(out.dir, out.run_name, resolved.path)
 
 
-def _checkpoint_path(value: str) -> Path:
-    """A checkpoint folder from what a user may type: the folder, a run folder (its newest
-    good checkpoint), or the ViT guide's `checkpoints/NAME.pth` spelling."""
+def run_dir_for(resolved: ResolvedConfig) -> Path:
+    return run_folder_for(resolved).path
+
+
+def _resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) -> Path | None:
+    """The checkpoint this run starts from (None: a fresh start), or one line saying why
+    the folder cannot be used. `resume_from` is auto (this run's newest good checkpoint),
+    a checkpoint folder of this run, or None (a fresh run: refused where a run already is,
+    unless --overwrite)."""
     from trainforge.engine import checkpoint as ckpt
 
-    path = Path(value)
-    if not path.exists() and path.suffix == ".pth" and path.with_suffix("").is_dir():
-        path = path.with_suffix("")
-    if path.is_dir() and not (path / ckpt.MANIFEST).exists():
-        for root in (path / "checkpoints", path):
-            found = ckpt.latest(root)
-            if found is not None:
-                return found.path
-    return path
-
-
-def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Path | None:
-    from trainforge.engine import checkpoint as ckpt
-
-    root = run_dir / "checkpoints"
+    root = folder.checkpoints
     for line in ckpt.recover(root):
         print(f"checkpoints: {line}")
     if resume_from is None and os.environ.get("SLURM_JOB_ID") and ckpt.latest(root):
@@ -95,26 +86,31 @@ def _resume_point(run_dir: Path, resume_from: str | None, overwrite: bool) -> Pa
         resume_from = "auto"
     if resume_from == "auto":
         found = ckpt.latest(root)
+        if found is None and folder.occupied():
+            print(f"resume: no complete checkpoint in {root}; starting the run from step 0")
+            folder.clear()
+        elif found is None:
+            print(f"resume: no checkpoint in {root}, starting fresh")
         if found is None:
-            print(f"resume auto: no checkpoint in {root}, starting fresh")
             return None
         ckpt.check_format(found.path, found.meta)  # before anything is written
         return found.path
     if resume_from:
-        path = _checkpoint_path(resume_from)
+        path = Path(resume_from)
         problem = ckpt.verify(path) if path.is_dir() else "not found"
         if problem:
             raise UserError(
-                f"--resume_from {resume_from}: {problem}",
-                "pass a checkpoint folder such as runs/NAME/checkpoints/best_model, or auto",
+                f"--resume {resume_from}: {problem}",
+                f"resume the run with --resume {folder.path} (its newest good checkpoint)",
             )
         ckpt.check_format(path)
         return path
-    if ckpt.list_checkpoints(root) and not overwrite:
+    occupied = folder.occupied()
+    if occupied and not overwrite:
         raise UserError(
-            f"run folder {run_dir} already has checkpoints",
-            "continue it with --resume auto, or pick another --set output.run_name=NAME, "
-            "or replace it with --set output.overwrite=true",
+            f"run folder {folder.path} already holds a run ({', '.join(occupied)})",
+            f"continue it with `{resume_command(folder)}`, start it afresh with --overwrite, "
+            "or pick another --set output.run_name=NAME",
         )
     return None
 
@@ -198,7 +194,6 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     import torch
 
     from trainforge import parallel
-    from trainforge.config.lr_scaling import scale_learning_rate
     from trainforge.engine.batch_fit import resolve_auto_batch
     from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, GracefulStop, TimeLimit
     from trainforge.engine.state import seed_everything
@@ -209,29 +204,37 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     from trainforge.tasks import build_task
 
     dist = parallel.context()
-    run_dir = run_dir_for(resolved)
+    folder = run_folder_for(resolved)
+    run_dir = folder.path
     main = dist.is_main
+    held = folder.lock() if main and folder.path.is_dir() else None
     if main:
-        start_from = _resume_point(run_dir, resume_from, resolved.config.output.overwrite)
+        start_from = _resume_point(folder, resume_from, resolved.config.output.overwrite)
     parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
     if not main:
-        start_from = _resume_point(run_dir, resume_from, True)
+        start_from = _resume_point(folder, resume_from, True)
     from trainforge.hardware.threads import thread_count
 
     torch.set_num_threads(thread_count(resolved.config.training.num_threads))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(resolved, platform, device, start_from=start_from)
-    config, lr_line = scale_learning_rate(resolved, dist.world_size)
+    config = resolved.config
     t = config.training
     seed_everything(t.seed)
     task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
 
     text = config_yaml(config)
+    resume_step = None
     if main:
-        if start_from is None and config.output.overwrite and run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.resolved.yaml").write_text(text, encoding="utf-8")
+        held = held or folder.lock()
+        if start_from is None and config.output.overwrite:
+            folder.clear()
+        elif start_from is None and resume_from is None and folder.occupied():
+            _resume_point(folder, None, False)  # another process got here first: refuse
+        if start_from is not None:
+            resume_step = int(ckpt_meta(start_from).get("global_step", 0))
+            folder.trim_metrics(resume_step)
+        folder.resolved_config.write_text(text, encoding="utf-8")
         if config.hardware.swap_directory:
             Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
     parallel.barrier()
@@ -253,7 +256,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         TimeLimit(t.max_training_hours, config.checkpoint.save_on_time_limit),
         GracefulStop(),
         MetricsCallback(
-            build_loggers(config.logging, run_dir, run_dir.name) if main else [],
+            build_loggers(config.logging, run_dir, run_dir.name, resume_step) if main else [],
             config.logging.logging_steps,
             listeners=[progress],
             params=flatten(config.model_dump(mode="json")),
@@ -274,10 +277,11 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         peak_tflops=_peak_tflops(config, platform, device),
     )
     _print_start(resolved, platform, trainer, run_dir)
-    if fit_line:
-        print(fit_line)
-    if lr_line:
-        print(lr_line)
+    for line in (*resolved.notes, fit_line):
+        if line:
+            print(line)
+    if main:
+        _record_run(folder, resolved, trainer)
     if start_from is not None:
         changes = config_changes((start_from / "config.yaml").read_text(encoding="utf-8"), config)
         meta = trainer.load_checkpoint(start_from)
@@ -340,9 +344,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     )
     _write_report(run_dir)
     if result.interrupted:
-        where = resolved.path or "CONFIG"
         print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
-        print(f"resume with: trainforge train {where} --resume auto")
+        print(f"resume with: {resume_command(folder)}")
         if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
             _requeue_slurm_job()
     if trainer.diverged:
@@ -354,6 +357,35 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
             "--resume auto",
         )
     return summary
+
+
+def ckpt_meta(folder: Path) -> dict[str, Any]:
+    from trainforge.engine import checkpoint as ckpt
+
+    return ckpt.read_meta(folder)
+
+
+def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer) -> None:
+    """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it) and
+    the numbers of this run."""
+    from trainforge import __version__
+
+    earlier = folder.read_run() if folder.is_run() else {}
+    folder.write_run(
+        {
+            "created": earlier.get("created") or None,
+            "trainforge": __version__,
+            "config_file": str(resolved.path) if resolved.path else None,
+            "profile": resolved.profile_requested,
+            "profile_used": resolved.profile.name,
+            "recipe": resolved.layers,
+            "world_size": trainer.dist.world_size,
+            "total_steps": trainer.total_steps,
+            "steps_per_epoch": trainer.steps_per_epoch,
+            "effective_batch": resolved.config.training.global_batch_size,
+            "command": sys.argv[1:],
+        }
+    )
 
 
 def _fit_or_abort(trainer, main: bool):

@@ -267,6 +267,7 @@ class Trainer:
         self.last_grad_norm: torch.Tensor | None = None
         self.last_step_loss: torch.Tensor | None = None
         self.last_checkpoint: Path | None = None
+        self.last_checkpoint_step: int | None = None
         self.stop_signal: str | None = None
         self.diverged = False
         # MFU: the device peak; the model FLOPs of one training sample (forward + backward)
@@ -727,6 +728,7 @@ class Trainer:
         one line and the previous checkpoints stay the newest."""
         paused_from = time.perf_counter()
         self.settle_nonfinite()  # the skip counters go into the checkpoint
+        self.last_checkpoint_step = self.state.global_step  # every rank, every save path
         self.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()

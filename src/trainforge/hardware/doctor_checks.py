@@ -464,7 +464,7 @@ def _shm_need_bytes(config: RunConfig | None) -> int | None:
     side, channels = image_shape(config)
     micro = config.training.per_device_train_batch_size
     if micro == "auto":  # fitted at start: at most the global batch it keeps
-        from trainforge.config.lr_scaling import AUTO_GLOBAL_BATCH
+        from trainforge.config.plan import AUTO_GLOBAL_BATCH
 
         micro = config.optimizer.reference_batch_size or AUTO_GLOBAL_BATCH
     batch = micro * side * side * channels

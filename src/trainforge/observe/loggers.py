@@ -51,11 +51,13 @@ class JsonlLogger:
 
 
 class TensorBoardLogger:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = log_dir
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        # A resume from step N hides the events an interrupted run wrote after N, so every
+        # step appears once, in order.
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         for key, value in metrics.items():
@@ -179,13 +181,20 @@ class WandbLogger:
             print(f"W&B: upload the offline run with: wandb sync {folder}")
 
 
-def build_loggers(cfg: LoggingConfig, run_dir: Path, run_name: str = "run") -> list[MetricLogger]:
+def build_loggers(
+    cfg: LoggingConfig, run_dir: Path, run_name: str = "run", resume_step: int | None = None
+) -> list[MetricLogger]:
+    """The configured loggers; `resume_step`: the run continues after that step."""
+    from trainforge.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
     loggers: list[MetricLogger] = []
     if cfg.jsonl:
-        loggers.append(JsonlLogger(run_dir / "metrics.jsonl"))
+        loggers.append(JsonlLogger(folder.metrics))
     if cfg.tensorboard:
+        purge = resume_step + 1 if resume_step is not None else None
         try:
-            loggers.append(TensorBoardLogger(run_dir / "tensorboard"))
+            loggers.append(TensorBoardLogger(folder.tensorboard, purge))
         except ImportError:
             print(
                 "TensorBoard logging off: the tensorboard package is not installed "

@@ -1,7 +1,8 @@
 """Built-in hardware profiles: one YAML file per platform, shipped inside the package.
 
-A profile says *how* to train on a platform (precision, micro-batch, accumulation, loader
-workers, memory budget, telemetry, launcher). Its `settings` use the run-config schema, but
+A profile says *how* to train on a platform (precision, the largest micro-batch, loader
+workers, memory budget, telemetry, launcher); it never changes the run config's effective
+batch or learning rate. Its `settings` use the run-config schema, but
 only the "how" sections below; `trainforge.config.load` layers them under the run config.
 """
 
@@ -26,6 +27,9 @@ WHAT_FIELDS = {
     ("data", "root"),
     ("training", "num_train_epochs"),
     ("training", "max_steps"),
+    ("training", "per_device_train_batch_size"),
+    ("training", "gradient_accumulation_steps"),
+    ("training", "global_batch_size"),
     ("evaluation", "metric_for_best_model"),
 }
 
@@ -122,4 +126,7 @@ def _check_shape(name: str, raw: Any) -> None:
             )
         for key in values or {}:
             if (section, key) in WHAT_FIELDS:
-                raise UserError(f"profile {name}: {section}.{key} belongs in the run config")
+                raise UserError(
+                    f"profile {name}: {section}.{key} belongs in the run config",
+                    "a profile sets hardware.micro_batch_size; the run config sets the batch",
+                )

@@ -1,0 +1,240 @@
+"""The run's plan: the recipe (run config + flags) resolved for a target and a process count.
+
+The run config is the recipe: its effective batch (samples per optimizer step, across
+accumulation and processes) and its learning-rate schedule are the same on every machine.
+The hardware profile only decides how to run it: `hardware.micro_batch_size` caps the
+micro-batch, and the plan splits each process's share of the effective batch into
+micro-batches no larger than that, accumulating the rest. Learning-rate scaling applies only
+when the command line changes the effective batch away from the recipe's reference batch.
+Precision and device `auto` are resolved for the target here too, so `config show`, the
+run header and `config.resolved.yaml` all show what the run will do, each with its source.
+
+The target is the machine in hand at `train`, and the named profile's hardware for
+`validate` / `config show --profile NAME` (a Jetson profile checks fine on a laptop).
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from trainforge.config.lr_scaling import scaled_rate
+from trainforge.config.schema import RunConfig, TrainingConfig
+
+if TYPE_CHECKING:
+    from trainforge.config.loading import ResolvedConfig
+    from trainforge.hardware import Platform
+    from trainforge.profiles import Profile
+
+# The effective batch of `per_device_train_batch_size: auto` when nothing names one.
+AUTO_GLOBAL_BATCH = 128
+
+
+@dataclass(frozen=True)
+class Target:
+    """The hardware a config is judged and planned for."""
+
+    device: str  # cuda, mps or cpu: what training.device auto means there
+    bf16: bool  # whether that device trains in bf16 (precision auto picks it)
+    label: str  # said in messages: "this machine (cpu)", "profile jetson-orin (cuda)"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    micro_batch: int
+    accumulation: int
+    world_size: int
+    target: int  # the effective batch asked for
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.accumulation * self.world_size
+
+    @property
+    def exact(self) -> bool:
+        return self.global_batch == self.target
+
+
+def platform_target(platform: Platform) -> Target:
+    bf16 = platform.device == "cuda" and all(
+        (g.compute_capability or (8, 0)) >= (8, 0) for g in platform.gpus
+    )
+    return Target(platform.device, bf16, f"this machine ({platform.device})")
+
+
+def profile_target(profile: Profile) -> Target:
+    """A profile's hardware: its device if it names one, else CUDA when its precision is a
+    GPU precision (fp16/bf16), else the CPU."""
+    training = profile.settings.get("training") or {}
+    precision = training.get("precision", "auto")
+    device = training.get("device", "auto")
+    if device == "auto":
+        device = "cuda" if precision in ("fp16", "bf16") else "cpu"
+    return Target(device, device == "cuda", f"profile {profile.name} ({device})")
+
+
+def plan_accumulation(max_micro_batch: int, target: int, world_size: int = 1) -> BatchPlan:
+    """Micro-batch and accumulation for an effective batch of `target` over `world_size`.
+
+    The batch is kept exactly when some split does it with a micro-batch of at least half
+    the largest allowed (always so when `target` is a power of two). Otherwise the
+    micro-batch is rounded up to reach `target` in the fewest accumulation steps, so the
+    effective batch is at most accumulation x world_size - 1 above `target`, and the run
+    says so in one line.
+    """
+    assert max_micro_batch >= 1 and target >= 1 and world_size >= 1
+    fewest = math.ceil(target / (world_size * max_micro_batch))
+    accumulation = fewest
+    while True:
+        micro, rest = divmod(target, world_size * accumulation)
+        if micro < max(1, math.ceil(max_micro_batch / 2)):
+            break
+        if rest == 0:
+            return BatchPlan(micro, accumulation, world_size, target)
+        accumulation += 1
+    micro = math.ceil(target / (world_size * fewest))
+    return BatchPlan(micro, fewest, world_size, target)
+
+
+def _recipe_batch(training: dict[str, Any]) -> int | None:
+    """The effective batch a layer of training settings asks for (None: not an int)."""
+    try:
+        if training.get("global_batch_size") is not None:
+            return int(training["global_batch_size"])
+        micro = training.get("per_device_train_batch_size")
+        accumulation = int(training.get("gradient_accumulation_steps") or 1)
+        if micro is None:
+            micro = TrainingConfig.model_fields["per_device_train_batch_size"].default
+        return int(micro) * accumulation if micro != "auto" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def reference_batch(resolved: ResolvedConfig) -> int:
+    """The effective batch the learning rate was tuned for: optimizer.reference_batch_size,
+    else what the run config file asks for (defaults under it, no profile, no flags)."""
+    config = resolved.config
+    if config.optimizer.reference_batch_size:
+        return config.optimizer.reference_batch_size
+    file_training = (resolved.layers.get("file") or {}).get("training") or {}
+    return _recipe_batch(dict(file_training)) or AUTO_GLOBAL_BATCH
+
+
+def effective_batch(resolved: ResolvedConfig) -> int:
+    """The recipe's effective batch: the run config and the flags, never the profile."""
+    t = resolved.config.training
+    if t.global_batch_size:
+        return t.global_batch_size
+    if t.per_device_train_batch_size == "auto":
+        return reference_batch(resolved)
+    return t.per_device_train_batch_size * t.gradient_accumulation_steps
+
+
+def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> ResolvedConfig:
+    """The ResolvedConfig with the plan filled in (micro-batch, accumulation, effective
+    batch, learning rate, warmup, precision, device), sources naming the plan, and the
+    lines the run prints about it in `notes`."""
+    config, sources, notes = resolved.config, dict(resolved.sources), list(resolved.notes)
+    training, plan_note = _plan_batch(resolved, world_size)
+    if plan_note:
+        notes.append(plan_note)
+    _mark(sources, training, config.training, "plan")
+    optimizer = config.optimizer
+    used = (
+        training["global_batch_size"]
+        if training.get("per_device_train_batch_size") == "auto"
+        else training["per_device_train_batch_size"]
+        * training["gradient_accumulation_steps"]
+        * world_size
+    )
+    if not sources.get("optimizer.learning_rate", "").startswith("flag"):
+        rate, line = scaled_rate(
+            optimizer.learning_rate, reference_batch(resolved), used, optimizer.lr_scaling
+        )
+        if line:
+            optimizer = optimizer.model_copy(update={"learning_rate": rate})
+            sources["optimizer.learning_rate"] = f"lr scaling ({optimizer.lr_scaling})"
+            notes.append(line)
+    schedule, warmup_note = _fit_warmup(config, sources)
+    if warmup_note:
+        notes.append(warmup_note)
+    training.update(_resolve_device(config.training, target, sources))
+    final = config.model_copy(
+        update={
+            "training": config.training.model_copy(update=training),
+            "optimizer": optimizer,
+            "schedule": schedule,
+        }
+    )
+    return replace(resolved, config=final, sources=sources, notes=tuple(notes))
+
+
+def _mark(sources: dict[str, str], new: dict[str, Any], old: Any, label: str) -> None:
+    for key, value in new.items():
+        if getattr(old, key) != value:
+            path = f"training.{key}"
+            sources[path] = f"{label} ({sources.get(path, 'default')})"
+
+
+def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, Any], str]:
+    config = resolved.config
+    t, cap = config.training, config.hardware.micro_batch_size
+    batch = effective_batch(resolved)
+    if t.per_device_train_batch_size == "auto" or cap == "auto":
+        # The micro-batch is probed with real steps at start; the effective batch is kept.
+        return {"per_device_train_batch_size": "auto", "global_batch_size": batch}, ""
+    recipe_micro = t.per_device_train_batch_size
+    plan = plan_accumulation(min(cap or recipe_micro, batch), batch, world_size)
+    out = {
+        "per_device_train_batch_size": plan.micro_batch,
+        "gradient_accumulation_steps": plan.accumulation,
+        "global_batch_size": plan.global_batch,
+    }
+    note = ""
+    if not plan.exact:
+        world = f" x {world_size} processes" if world_size > 1 else ""
+        note = (
+            f"batch: the effective batch {batch} has no exact split into micro-batches of at "
+            f"most {cap or recipe_micro}{world}; training with {plan.micro_batch} x "
+            f"{plan.accumulation}{world} = {plan.global_batch} (set "
+            "training.global_batch_size to a multiple of the process count to keep it)"
+        )
+    return out, note
+
+
+def _fit_warmup(config: RunConfig, sources: dict[str, str]) -> tuple[Any, str]:
+    """A run shortened on the command line keeps a warmup that fits: a tenth of the run.
+    A warmup longer than what the file itself asks for stays an error (config checks)."""
+    s, t = config.schedule, config.training
+    from_flag = {k for k, v in sources.items() if v.startswith("flag")}
+    steps_over = s.warmup_steps is not None and 0 < t.max_steps <= s.warmup_steps
+    epochs_over = (
+        s.warmup_steps is None and t.max_steps < 0 and s.warmup_epochs >= t.num_train_epochs
+    )
+    if steps_over and "training.max_steps" in from_flag:
+        steps = t.max_steps // 10
+        return s.model_copy(update={"warmup_steps": steps}), (
+            f"schedule: warmup of {s.warmup_steps} steps does not fit the {t.max_steps}-step "
+            f"run; shortened to {steps} (a tenth of the run)"
+        )
+    if epochs_over and "training.num_train_epochs" in from_flag:
+        epochs = t.num_train_epochs / 10
+        return s.model_copy(update={"warmup_epochs": epochs}), (
+            f"schedule: warmup of {s.warmup_epochs:g} epochs does not fit the "
+            f"{t.num_train_epochs:g}-epoch run; shortened to {epochs:g} (a tenth of the run)"
+        )
+    return s, ""
+
+
+def _resolve_device(t: TrainingConfig, target: Target, sources: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    device = target.device if t.device == "auto" else t.device
+    if t.device == "auto":
+        out["device"] = device
+        sources["training.device"] = f"auto: {target.label}"
+    if t.precision == "auto":
+        out["precision"] = ("bf16" if target.bf16 else "fp16") if device == "cuda" else "fp32"
+        sources["training.precision"] = f"auto: {device}"
+    return out

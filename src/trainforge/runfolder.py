@@ -1,0 +1,226 @@
+"""The run folder is the run: its layout, `run.json`, the lock, and the choice of resume point.
+
+`runs/<name>/` holds everything one run wrote: `run.json` (written at start: the recipe as
+given — the config file's data, the flags, the profile asked for — with total steps, steps
+per epoch, world size and the profile used), `config.resolved.yaml`, `checkpoints/`,
+`metrics.jsonl`, `tensorboard/`, `summary.json`, the final model and the report. Because
+the recipe is recorded, `trainforge train --resume runs/NAME` continues exactly that run
+with nothing else on the command line. Every other module reads and writes the folder
+through this one; none builds its paths from string literals.
+
+A lock (`.lock`, an `fcntl.flock` held for the life of the training process) keeps two
+trainings out of one folder. The kernel drops the lock when its process dies, kill -9
+included, so a stale lock is simply taken over; the PID in the file names the holder.
+The filelock package was considered: it adds nothing over flock here and its soft-lock
+fallback cannot tell a live holder from a stale one. No torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trainforge.errors import UserError
+
+RUN_JSON = "run.json"
+RUN_JSON_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    path: Path
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def resolved_config(self) -> Path:
+        return self.path / "config.resolved.yaml"
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def model(self) -> Path:
+        return self.path / "model.safetensors"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.html"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".lock"
+
+    # ------------------------------------------------------------------ state
+    def is_run(self) -> bool:
+        """Whether this folder holds a recorded run (its run.json)."""
+        return self.run_json.is_file()
+
+    def occupied(self) -> list[str]:
+        """What of an earlier run is here (empty: a fresh run may start)."""
+        found = []
+        if self.checkpoints.is_dir() and any(
+            p.is_dir() and not p.name.startswith(".") for p in self.checkpoints.iterdir()
+        ):
+            found.append("checkpoints")
+        for label, path in (("metrics", self.metrics), ("TensorBoard events", self.tensorboard)):
+            if path.exists():
+                found.append(label)
+        if self.is_run():
+            found.append(RUN_JSON)
+        return found
+
+    def clear(self) -> None:
+        """--overwrite: remove the earlier run's files (the lock file stays: it is ours)."""
+        if not self.path.is_dir():
+            return
+        for item in self.path.iterdir():
+            if item == self.lock_file:
+                continue
+            if item.is_dir() and not item.is_symlink():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+
+    def read_run(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UserError(
+                f"{self.run_json}: cannot read the run record ({err})",
+                "resume with the config file instead: trainforge train CONFIG --resume auto",
+            ) from None
+        if not isinstance(data, dict) or data.get("format") != RUN_JSON_FORMAT:
+            raise UserError(
+                f"{self.run_json}: not a run record this trainforge understands",
+                "resume with the config file instead: trainforge train CONFIG --resume auto",
+            )
+        return data
+
+    def write_run(self, record: Mapping[str, Any]) -> None:
+        """Write run.json atomically (a temporary file renamed over the old one)."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        data = {"format": RUN_JSON_FORMAT, **record}
+        data["created"] = data.get("created") or now
+        data["written"] = now
+        tmp = self.path / f".{RUN_JSON}.tmp"
+        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+        tmp.replace(self.run_json)
+
+    def trim_metrics(self, last_step: int) -> int:
+        """Drop metrics records after `last_step` (a resume from an earlier checkpoint
+        replays those steps); returns how many were dropped."""
+        if not self.metrics.is_file():
+            return 0
+        kept, dropped = [], 0
+        for line in self.metrics.read_text(encoding="utf-8").splitlines():
+            try:
+                step = json.loads(line).get("step")
+            except (json.JSONDecodeError, AttributeError):
+                dropped += 1  # a line cut by a kill: never a complete record
+                continue
+            if isinstance(step, int) and step > last_step:
+                dropped += 1
+                continue
+            kept.append(line)
+        if dropped:
+            tmp = self.path / ".metrics.jsonl.tmp"
+            tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+            tmp.replace(self.metrics)
+        return dropped
+
+    # ------------------------------------------------------------------ lock
+    def lock(self) -> Any:
+        """Hold the folder for this process; one line naming the holder when taken."""
+        import fcntl
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = open(self.lock_file, "a+", encoding="utf-8")  # noqa: SIM115 (held open)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise UserError(
+                f"run folder {self.path} is in use by {holder}",
+                "wait for that training to end or stop it, or pick another "
+                "--set output.run_name=NAME",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} (trainforge train)")
+        handle.flush()
+        return handle
+
+    def holder(self) -> str | None:
+        """Who holds the lock now (None: nobody); the lock is not kept."""
+        import fcntl
+
+        if not self.lock_file.is_file():
+            return None
+        with open(self.lock_file, "a+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                return handle.read().strip() or "another process"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+def for_config(output_dir: str, run_name: str | None, config_path: Path | None) -> RunFolder:
+    """The folder a config's run goes to: output.dir / (run_name or the config's name)."""
+    name = run_name or (config_path.stem if config_path else "run")
+    return RunFolder(Path(output_dir) / name)
+
+
+def resume_command(folder: RunFolder) -> str:
+    """The one command that continues this run."""
+    return f"trainforge train --resume {folder.path}"
+
+
+def find_run(value: str) -> tuple[RunFolder, Path | None] | None:
+    """What `--resume VALUE` names when VALUE is a path: (its run folder, the checkpoint
+    folder when VALUE is one, else None). None when VALUE is no run folder or checkpoint.
+    The ViT training guide's `checkpoints/NAME.pth` spelling names the folder NAME."""
+    path = Path(value)
+    if not path.exists() and path.suffix == ".pth" and path.with_suffix("").is_dir():
+        path = path.with_suffix("")
+    if not path.is_dir():
+        return None
+    if RunFolder(path).is_run() or (path / "checkpoints").is_dir():
+        return RunFolder(path), None
+    if path.parent.name == "checkpoints":
+        return RunFolder(path.parent.parent), path
+    return None
