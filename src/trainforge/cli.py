@@ -91,8 +91,9 @@ def _resolve_run(args, platform, world_size: int, **check: object):
     if resume not in (None, "auto"):
         found = find_run(resume)
         if found is None:
+            what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
             raise UserError(
-                f"--resume {resume}: not a run folder or checkpoint folder",
+                f"--resume {resume}: {what}",
                 "pass a run folder such as runs/NAME (see `ls runs`), or auto",
             )
         folder, checkpoint = found
@@ -120,6 +121,7 @@ def _resolve_run(args, platform, world_size: int, **check: object):
         profile=profile,
         overrides=args.overrides,
         flags=flags,
+        flag_sources=args.sources,
         recorded=recorded,
         world_size=world_size,
         **check,

@@ -8,9 +8,10 @@ the recipe is recorded, `trainforge train --resume runs/NAME` continues exactly 
 with nothing else on the command line. Every other module reads and writes the folder
 through this one; none builds its paths from string literals.
 
-A lock (`.lock`, an `fcntl.flock` held for the life of the training process) keeps two
-trainings out of one folder. The kernel drops the lock when its process dies, kill -9
-included, so a stale lock is simply taken over; the PID in the file names the holder.
+A lock (an `fcntl.flock` on the folder, held for the life of the training process) keeps
+two trainings out of one folder; taking it writes nothing, so a refused start leaves the
+folder untouched. The kernel drops the lock when its process dies, kill -9 included, so a
+stale lock is simply taken over; `.lock` names the holder's PID once the run writes.
 The filelock package was considered: it adds nothing over flock here and its soft-lock
 fallback cannot tell a live holder from a stale one. No torch import here.
 """
@@ -160,42 +161,47 @@ class RunFolder:
         return dropped
 
     # ------------------------------------------------------------------ lock
-    def lock(self) -> Any:
-        """Hold the folder for this process; one line naming the holder when taken."""
+    def lock(self) -> int:
+        """Hold the folder for this process (an flock on the folder itself, so nothing is
+        written yet); one line naming the holder when another process has it."""
         import fcntl
 
         self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.lock_file, "a+", encoding="utf-8")  # noqa: SIM115 (held open)
+        fd = os.open(self.path, os.O_RDONLY)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
+            os.close(fd)
             raise UserError(
-                f"run folder {self.path} is in use by {holder}",
+                f"run folder {self.path} is in use by {self._holder_text()}",
                 "wait for that training to end or stop it, or pick another "
                 "--set output.run_name=NAME",
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()} (trainforge train)")
-        handle.flush()
-        return handle
+        return fd
+
+    def mark_holder(self) -> None:
+        """Name this process in `.lock` once the run writes to its folder."""
+        self.lock_file.write_text(f"process {os.getpid()} (trainforge train)", encoding="utf-8")
+
+    def _holder_text(self) -> str:
+        try:
+            return self.lock_file.read_text(encoding="utf-8").strip() or "another process"
+        except OSError:
+            return "another process"
 
     def holder(self) -> str | None:
-        """Who holds the lock now (None: nobody); the lock is not kept."""
+        """Who holds the folder now (None: nobody); the lock is not kept."""
         import fcntl
 
-        if not self.lock_file.is_file():
+        if not self.path.is_dir():
             return None
-        with open(self.lock_file, "a+", encoding="utf-8") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                handle.seek(0)
-                return handle.read().strip() or "another process"
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return self._holder_text()
+        finally:
+            os.close(fd)
         return None
 
 

@@ -20,7 +20,7 @@ import yaml
 from safetensors.torch import load_file
 
 from trainforge.config import validate
-from trainforge.config.lr_scaling import AUTO_GLOBAL_BATCH, scale_learning_rate
+from trainforge.config.plan import AUTO_GLOBAL_BATCH
 from trainforge.engine import batch_probe
 from trainforge.engine.batch_fit import (
     FitSearch,
@@ -295,8 +295,8 @@ def test_a_fit_that_keeps_the_global_batch_keeps_the_learning_rate(tmp_path, mon
     assert (t.per_device_train_batch_size, t.gradient_accumulation_steps) == (16, 8)
     assert line.startswith("batch fit: micro-batch 16 x accumulation 8 = global 128 (")
     assert resolved.sources["training.gradient_accumulation_steps"].startswith("batch fit")
-    config, lr_line = scale_learning_rate(resolved)
-    assert config.optimizer.learning_rate == 3e-4 and lr_line == ""
+    assert resolved.config.optimizer.learning_rate == 3e-4
+    assert not any(n.startswith("learning rate") for n in resolved.notes)
 
 
 def test_a_global_batch_that_cannot_be_kept_is_said_and_the_rate_scaled(tmp_path, monkeypatch):
@@ -307,9 +307,9 @@ def test_a_global_batch_that_cannot_be_kept_is_said_and_the_rate_scaled(tmp_path
     )
     resolved, line = resolve_auto_batch(resolve(tmp_path, text), None, None)
     assert "= global 129 (asked for 127, no exact split fits; budget " in line
-    config, lr_line = scale_learning_rate(resolved)
-    assert config.optimizer.learning_rate == pytest.approx(1.27e-3 * 129 / 127)
-    assert "for global batch 127 -> " in lr_line and "global batch 129" in lr_line
+    assert resolved.config.optimizer.learning_rate == pytest.approx(1.27e-3 * 129 / 127)
+    lr_line = resolved.notes[-1]
+    assert "for effective batch 127 -> " in lr_line and "effective batch 129" in lr_line
 
 
 def test_auto_from_a_flag_keeps_the_files_global_batch(tmp_path, monkeypatch):

@@ -73,7 +73,7 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
     folder = tmp_path / "runs/sig/checkpoints/checkpoint_interrupted"
     assert ckpt.verify(folder) is None
     assert f"{sig}: checkpoint saved to {folder}" in out
-    assert "resume with: trainforge train" in out and "--resume auto" in out
+    assert f"resume with: trainforge train --resume {tmp_path / 'runs/sig'}\n" in out
     assert "Traceback" not in out
 
 
@@ -117,7 +117,8 @@ def test_double_ctrl_c_aborts_at_once(tmp_path):
     out = "".join(before) + out
     assert proc.returncode == 130, out  # not -9: the watchdog did not have to kill it
     assert out.splitlines()[-1] == (
-        "aborted by a second Ctrl+C; --resume auto continues from the newest complete checkpoint"
+        f"aborted by a second Ctrl+C; `trainforge train --resume {tmp_path / 'runs/sig'}` "
+        "continues from the newest complete checkpoint"
     )
     assert "Traceback" not in out
     assert "checkpoint saved" not in out and "resume with" not in out

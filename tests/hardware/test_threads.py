@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from trainforge.hardware.threads import live_trainings, register_training, thread_budget
+from trainforge.hardware.threads import (
+    THREADS_ENV,
+    live_trainings,
+    register_training,
+    thread_budget,
+)
 
 CHILD = (
     "import torch; from trainforge.hardware.threads import thread_count; "
@@ -71,3 +76,21 @@ def test_a_second_training_on_the_machine_gets_a_share_of_the_cores(tmp_path: Pa
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_resume_keeps_the_thread_count_the_run_started_with(monkeypatch, capsys):
+    import torch
+
+    from trainforge.hardware.threads import thread_count
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    try:
+        assert thread_count(None, recorded=3) == 3
+        assert "cpu threads: 3 (as the run started: an exact resume)" in capsys.readouterr().out
+        assert thread_count(2, recorded=3) == 2  # the config's word still wins
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert thread_count(None, recorded=3) == 1  # and the launcher's
+    finally:
+        torch.set_num_threads(before)

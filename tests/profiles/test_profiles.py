@@ -50,23 +50,25 @@ def test_auto_picks_the_profile_on_its_machine(name):
 
 def test_profile_numbers_follow_the_seeds():
     jetson = load_profile("jetson-orin").settings
-    assert jetson["training"]["per_device_train_batch_size"] == 16
-    assert 16 <= jetson["training"]["gradient_accumulation_steps"] <= 32
+    # A profile sets how a batch runs (the micro-batch cap), never the batch itself.
+    assert jetson["hardware"]["micro_batch_size"] == 16
     assert jetson["training"]["gradient_checkpointing"] is True
     assert jetson["data"]["dataloader_num_workers"] == 1
     assert 8 <= jetson["hardware"]["memory_budget_gib"] <= 12
     assert jetson["hardware"]["telemetry"] is True
     hpc = load_profile("hpc-a100").settings
-    assert hpc["training"]["per_device_train_batch_size"] == 128
+    assert hpc["hardware"]["micro_batch_size"] == 128
     assert hpc["hardware"]["distributed_backend"] == "nccl"
     assert hpc["training"]["precision"] == "fp16"  # seeds/001: mixed precision (FP16)
     assert hpc["logging"]["mlflow"] is True and hpc["logging"]["wandb"] is True
     assert hpc["hardware"]["data_parallel"] == "ddp"
     assert hpc["hardware"]["launcher"] == "slurm"
     assert load_profile("dgx-spark").settings["training"]["precision"] == "bf16"
-    ws = load_profile("workstation-24gb").settings["training"]
-    assert 32 <= ws["per_device_train_batch_size"] <= 64
-    assert 8 <= ws["gradient_accumulation_steps"] <= 16
+    ws = load_profile("workstation-24gb").settings["hardware"]
+    assert 32 <= ws["micro_batch_size"] <= 64
+    for name in PROFILE_MACHINE:
+        training = load_profile(name).settings.get("training", {})
+        assert not {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(training)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])

@@ -91,11 +91,11 @@ def test_a_profile_written_to_a_file_is_accepted_by_profile(tmp_path, monkeypatc
     assert code == 0
     mine = tmp_path / "my_profile.yaml"
     mine.write_text(
-        shown.replace("per_device_train_batch_size: 64", "per_device_train_batch_size: 24")
+        shown.replace("telemetry_interval_s: 5", "telemetry_interval_s: 7")
     )
     resolved = validate(None, platform=detect(load_fixture(FIXTURES / "cpu")), profile=str(mine))
-    assert resolved.config.training.per_device_train_batch_size == 24
-    assert resolved.sources["training.per_device_train_batch_size"] == f"profile {mine}"
+    assert resolved.config.hardware.telemetry_interval_s == 7
+    assert resolved.sources["hardware.telemetry_interval_s"] == f"profile {mine}"
     code, out, _ = run_in_process(monkeypatch, capsys, "profiles", "template", str(mine))
     assert code == 0 and f'profile: "{mine}"' in out
 

@@ -113,6 +113,7 @@ def load(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     flags: Mapping[str, Any] | None = None,
+    flag_sources: Mapping[str, str] | None = None,
     pick_auto_profile: Callable[[], tuple[str, str]] | None = None,
     recorded: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
@@ -120,7 +121,8 @@ def load(
     """Resolve a run config.
 
     `flags` maps a flag name (`batch_size`, `max_steps`: see `trainforge.config.flags`) or a
-    dotted field to its value. `recorded` is a run folder's recorded recipe (`layers` of an
+    dotted field to its value; `flag_sources` names the flag as typed for a dotted field
+    (`flag --max_steps`). `recorded` is a run folder's recorded recipe (`layers` of an
     earlier resolution): its file data stands in for the file and its flags come first,
     under the ones given now.
     """
@@ -136,7 +138,8 @@ def load(
         if value is not None:
             key = name if "." in name else fields[name]
             _set_dotted(cli_layer, key, value)
-            cli_sources[key] = f"flag --{name}" if "." not in name else f"flag --{key}"
+            typed = (flag_sources or {}).get(key)
+            cli_sources[key] = typed or (f"flag --{name}" if "." not in name else f"flag --{key}")
     for item in overrides:
         key, value = parse_set_flag(item)
         _check_known_path(key, "--set")

@@ -191,6 +191,18 @@ def train(resolved: ResolvedConfig, platform, *, resume_from: str | None = None)
 
 
 def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) -> RunSummary:
+    """One run while holding its folder (rank 0); the hold ends with the run."""
+    held: list[int] = []
+    try:
+        return _train_held(resolved, platform, device, resume_from, held)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _train_held(
+    resolved: ResolvedConfig, platform, device, resume_from: str | None, held: list[int]
+) -> RunSummary:
     import torch
 
     from trainforge import parallel
@@ -207,7 +219,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     folder = run_folder_for(resolved)
     run_dir = folder.path
     main = dist.is_main
-    held = folder.lock() if main and folder.path.is_dir() else None
+    if main and folder.path.is_dir():
+        held.append(folder.lock())  # before tidying: a live run's writes are not leftovers
     if main:
         start_from = _resume_point(folder, resume_from, resolved.config.output.overwrite)
     parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
@@ -215,7 +228,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         start_from = _resume_point(folder, resume_from, True)
     from trainforge.hardware.threads import thread_count
 
-    torch.set_num_threads(thread_count(resolved.config.training.num_threads))
+    recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
+    torch.set_num_threads(thread_count(resolved.config.training.num_threads, recorded))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(resolved, platform, device, start_from=start_from)
     config = resolved.config
@@ -226,7 +240,8 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
     text = config_yaml(config)
     resume_step = None
     if main:
-        held = held or folder.lock()
+        if not held:
+            held.append(folder.lock())
         if start_from is None and config.output.overwrite:
             folder.clear()
         elif start_from is None and resume_from is None and folder.occupied():
@@ -234,6 +249,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         if start_from is not None:
             resume_step = int(ckpt_meta(start_from).get("global_step", 0))
             folder.trim_metrics(resume_step)
+        folder.mark_holder()
         folder.resolved_config.write_text(text, encoding="utf-8")
         if config.hardware.swap_directory:
             Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
@@ -288,7 +304,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
         if changes:
             print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
         print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
-    result = _fit_or_abort(trainer, main)
+    result = _fit_or_abort(trainer, main, folder)
     confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
     final_weights = None
     if trainer.sharded and config.checkpoint.save_final_model and not result.interrupted:
@@ -354,7 +370,7 @@ def _train(resolved: ResolvedConfig, platform, device, resume_from: str | None) 
             f"training stopped at step {result.state.global_step}: {result.stop_reason}; "
             f"last good checkpoint: {last or 'none'}",
             "lower optimizer.learning_rate or set training.max_grad_norm, then resume with "
-            "--resume auto",
+            f"`{resume_command(folder)} --learning_rate RATE`",
         )
     return summary
 
@@ -368,6 +384,8 @@ def ckpt_meta(folder: Path) -> dict[str, Any]:
 def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer) -> None:
     """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it) and
     the numbers of this run."""
+    import torch
+
     from trainforge import __version__
 
     earlier = folder.read_run() if folder.is_run() else {}
@@ -380,6 +398,7 @@ def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer) -> None:
             "profile_used": resolved.profile.name,
             "recipe": resolved.layers,
             "world_size": trainer.dist.world_size,
+            "threads": torch.get_num_threads(),
             "total_steps": trainer.total_steps,
             "steps_per_epoch": trainer.steps_per_epoch,
             "effective_batch": resolved.config.training.global_batch_size,
@@ -388,7 +407,7 @@ def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer) -> None:
     )
 
 
-def _fit_or_abort(trainer, main: bool):
+def _fit_or_abort(trainer, main: bool, folder: RunFolder):
     """fit(), and on a second Ctrl+C (GracefulStop gave Python's handler back) one line on
     stderr before the KeyboardInterrupt goes on to exit 130 at once."""
     try:
@@ -396,7 +415,8 @@ def _fit_or_abort(trainer, main: bool):
     except KeyboardInterrupt:
         if main:
             print(
-                "aborted by a second Ctrl+C; --resume auto continues from the newest "
+                "aborted by a second Ctrl+C; "
+                f"`{resume_command(folder)}` continues from the newest "
                 "complete checkpoint",
                 file=sys.stderr,
                 flush=True,

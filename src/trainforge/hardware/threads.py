@@ -110,9 +110,13 @@ def thread_budget(
     return share, f"{cores} cores / {others + 1} trainings running here"
 
 
-def thread_count(num_threads: int | None) -> int:
+def thread_count(num_threads: int | None, recorded: int | None = None) -> int:
     """Register this process as a training and return its thread budget (printing where it
-    came from unless it is torch's own default) for `torch.set_num_threads`."""
+    came from unless it is torch's own default) for `torch.set_num_threads`.
+
+    `recorded`: the count a resumed run was started with. CPU sums reduce in a different
+    order with another thread count, so a resume keeps it (unless the config or the
+    environment names one) to stay bitwise equal to an uninterrupted run."""
     import torch
 
     others = live_trainings()
@@ -120,6 +124,8 @@ def thread_count(num_threads: int | None) -> int:
     threads, source = thread_budget(
         num_threads, others=others, default_threads=torch.get_num_threads()
     )
+    if recorded and source not in ("training.num_threads", "OMP_NUM_THREADS", THREADS_ENV):
+        threads, source = recorded, "as the run started: an exact resume"
     if threads is None:
         return torch.get_num_threads()
     print(f"cpu threads: {threads} ({source})")

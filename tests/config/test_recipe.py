@@ -1,0 +1,193 @@
+"""The run config is the recipe; the hardware profile only decides how to run it.
+
+Over every shipped run config x every shipped profile x 1 and 2 processes: the effective
+batch (samples per optimizer step) and the peak learning rate never change, the
+micro-batch follows the profile, and `config show --profile X` works on this CPU machine.
+The ViT training guide's own commands resolve to the guide's batch and rate everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.in_process import run_in_process
+from trainforge.config import ConfigError, validate
+from trainforge.config.plan import plan_accumulation
+from trainforge.hardware import detect, load_fixture
+from trainforge.profiles import list_profiles, load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+CPU = detect(load_fixture(REPO / "tests" / "hardware" / "fixtures" / "cpu"))
+CONFIGS = sorted((REPO / "config").glob("*.yaml")) + sorted((REPO / "config").glob("*.json"))
+PROFILES = list_profiles()
+
+
+def plan_for(path: Path | None, profile: str, world: int, *flags: str):
+    """What `config show PATH --profile PROFILE --world_size WORLD FLAGS` resolves."""
+    from trainforge.config import flags as run_flags
+
+    args = run_flags.parse([*flags]) if flags else None
+    return validate(
+        path,
+        platform=CPU,
+        profile=profile,
+        for_profile=True,
+        world_size=world,
+        flags=dict(args.flags) if args else None,
+        flag_sources=dict(args.sources) if args else None,
+    )
+
+
+def recipe(resolved) -> tuple[int, float]:
+    t = resolved.config.training
+    return t.global_batch_size, resolved.config.optimizer.learning_rate
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_profiles_and_process_counts_never_change_the_recipe(path):
+    seen: dict[tuple[str, int], tuple[int, float]] = {}
+    for profile in PROFILES:
+        cap = (load_profile(profile).settings.get("hardware") or {}).get("micro_batch_size")
+        for world in (1, 2):
+            resolved = plan_for(path, profile, world)
+            t = resolved.config.training
+            seen[(profile, world)] = recipe(resolved)
+            # the profile's micro-batch cap is obeyed, and the split multiplies out
+            if isinstance(cap, int):
+                assert t.per_device_train_batch_size <= cap, (profile, world)
+            assert (
+                t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+                == t.global_batch_size
+            ), (profile, world)
+    assert len(set(seen.values())) == 1, seen
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_the_micro_batch_follows_the_profile(path):
+    micro = {p: plan_for(path, p, 1).config.training for p in PROFILES}
+    jetson, workstation = micro["jetson-orin"], micro["workstation-24gb"]
+    # A Jetson's cap (16) is the smallest: it accumulates at least as much as a workstation.
+    assert jetson.per_device_train_batch_size <= workstation.per_device_train_batch_size
+    assert jetson.gradient_accumulation_steps >= workstation.gradient_accumulation_steps
+
+
+def test_the_digits_demo_keeps_its_batch_and_rate_on_a_jetson():
+    """The first round's bug: jetson-orin made the demo's 64 x 1 at 0.002 into 64 x 16 at
+    0.032. The recipe stays 64 at 0.002; the Jetson runs it as 16 x 4."""
+    resolved = plan_for(REPO / "config" / "vit_digits.yaml", "jetson-orin", 1)
+    t = resolved.config.training
+    assert (t.per_device_train_batch_size, t.gradient_accumulation_steps) == (16, 4)
+    assert recipe(resolved) == (64, 0.002)
+    assert resolved.sources["training.gradient_accumulation_steps"].startswith("plan")
+
+
+GUIDE = REPO / "config" / "vit_cifar10.yaml"
+GUIDE_COMMANDS = {
+    # the ViT training guide's "Custom Configuration", "Small Model", "Large Model"
+    "custom": (
+        ["--batch_size", "256", "--learning_rate", "5e-4", "--max_epochs", "200",
+         "--max_training_hours", "48", "--embedding_dim", "384", "--num_layers", "12",
+         "--num_heads", "6"],
+        (256, 5e-4),
+    ),
+    "small": (
+        ["--embedding_dim", "128", "--num_layers", "6", "--num_heads", "4", "--mlp_size",
+         "512", "--batch_size", "256"],
+        (256, 3e-4),
+    ),
+    "large": (
+        ["--embedding_dim", "384", "--num_layers", "24", "--num_heads", "6", "--mlp_size",
+         "1536", "--batch_size", "64"],
+        (64, 3e-4),
+    ),
+    "basic": ([], (256, 3e-4)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(GUIDE_COMMANDS))
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_vit_guides_commands_resolve_to_the_guides_batch_and_rate(name, profile):
+    flags, expected = GUIDE_COMMANDS[name]
+    for world in (1, 2):
+        assert recipe(plan_for(GUIDE, profile, world, *flags)) == expected
+
+
+@pytest.mark.parametrize(
+    ("stem", "expected"),
+    [("vit_cifar10_custom", (256, 5e-4)), ("vit_cifar10_small", (256, 3e-4)),
+     ("vit_cifar10_large", (64, 3e-4))],
+)  # fmt: skip
+def test_the_shipped_guide_configs_are_the_guides_numbers(stem, expected):
+    for profile in PROFILES:
+        assert recipe(plan_for(REPO / "config" / f"{stem}.yaml", profile, 1)) == expected
+
+
+def test_learning_rate_scaling_applies_only_when_the_command_line_changes_the_batch():
+    digits = REPO / "config" / "vit_digits.yaml"  # 64 at 0.002, linear scaling
+    same = plan_for(digits, "jetson-orin", 2, "--batch_size", "64")
+    assert recipe(same) == (64, 0.002)
+    assert not any(n.startswith("learning rate") for n in same.notes)
+    half = plan_for(digits, "jetson-orin", 2, "--batch_size", "32")
+    assert recipe(half) == (32, pytest.approx(0.001))
+    assert any("learning rate: 0.002 for effective batch 64 -> 0.001" in n for n in half.notes)
+    assert half.sources["optimizer.learning_rate"] == "lr scaling (linear)"
+    # a rate given with the batch is taken as meant for it
+    given = plan_for(digits, "cpu", 1, "--batch_size", "32", "--learning_rate", "0.003")
+    assert recipe(given) == (32, 0.003)
+
+
+def test_auto_batch_keeps_the_recipes_effective_batch():
+    resolved = plan_for(REPO / "config" / "vit_digits.yaml", "jetson-orin", 2, "--batch_size", "auto")
+    t = resolved.config.training
+    assert t.per_device_train_batch_size == "auto" and t.global_batch_size == 64
+    assert resolved.config.optimizer.learning_rate == 0.002
+
+
+def test_an_inexact_split_says_what_it_did_in_one_line():
+    resolved = plan_for(REPO / "config" / "vit_digits.yaml", "jetson-orin", 2, "--batch_size", "33")
+    lines = [n for n in resolved.notes if n.startswith("batch:")]
+    assert len(lines) == 1 and "effective batch 33" in lines[0] and "\n" not in lines[0]
+    t = resolved.config.training
+    assert t.per_device_train_batch_size <= 16 and t.global_batch_size >= 33
+
+
+@pytest.mark.parametrize(
+    ("cap", "target", "world"),
+    [(16, 64, 1), (16, 64, 2), (16, 33, 2), (128, 256, 2), (64, 1, 1), (16, 100, 3)],
+)
+def test_plan_accumulation_stays_under_the_cap_and_near_the_target(cap, target, world):
+    plan = plan_accumulation(cap, target, world)
+    assert plan.micro_batch <= max(cap, 1) or plan.accumulation == 1
+    assert plan.global_batch >= target
+    assert plan.global_batch - target < plan.accumulation * world
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_config_show_works_for_every_profile_on_this_cpu_machine(monkeypatch, capsys, profile):
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "config", "show", "config/g2p_cmudict.yaml", "--profile", profile,
+        "--max_steps", "10", "--save_steps", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"# profile: {profile} (named by --profile)" in out
+    assert "training.max_steps" in out and "# flag --max_steps" in out
+
+
+def test_validate_judges_a_named_profile_on_its_hardware_and_train_this_machine(
+    monkeypatch, capsys, tmp_path
+):
+    # fp16 is a GPU precision: fine for a Jetson profile checked on a laptop ...
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "validate", "config/vit_digits.yaml", "--profile", "jetson-orin"
+    )
+    assert code == 0 and "OK config/vit_digits.yaml" in out, err
+    # ... while `train` judges the machine in hand, before anything is written.
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", "config/vit_digits.yaml", "--profile", "jetson-orin",
+        "--output_dir", str(tmp_path),
+    )  # fmt: skip
+    assert code == 2 and "fp16" in err and not any(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match="fp16"):
+        validate(REPO / "config" / "vit_digits.yaml", platform=CPU, profile="jetson-orin")

@@ -1,0 +1,186 @@
+"""The run folder is the run: the printed resume command continues exactly that run, every
+run that ends leaves a checkpoint of its last step, and one folder holds one run.
+
+Real `trainforge train` runs of a tiny digits ViT: in-process where only the outcome
+matters, as a subprocess where a real Ctrl+C and the printed command are the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.fakes.cli_args import DIGITS_TINY, REPO
+from tests.fakes.in_process import run_in_process
+from trainforge.engine import checkpoint as ckpt
+from trainforge.runfolder import RunFolder
+
+DEADLINE_S = 900  # a hung process, not speed: a loaded 2-core machine is slow to start torch
+
+# A real SIGINT, sent by the process to itself after optimizer step $STOP_AT_STEP, so the
+# interruption lands at the same step on any machine; the handler and checkpoint are real.
+INTERRUPT_AT = """
+import os, runpy, signal, sys
+from trainforge.engine.callbacks import GracefulStop
+stop_at, original = int(os.environ["STOP_AT_STEP"]), GracefulStop.on_batch_end
+def on_batch_end(self, trainer):
+    if trainer.state.global_step == stop_at and self.received is None:
+        os.kill(os.getpid(), signal.SIGINT)
+    return original(self, trainer)
+GracefulStop.on_batch_end = on_batch_end
+sys.argv = ["trainforge", *sys.argv[1:]]
+runpy.run_module("trainforge", run_name="__main__")
+"""
+
+
+def flags(out: Path, name: str) -> list[str]:
+    return [
+        *DIGITS_TINY, "--output_dir", str(out), "--run_name", name, "--max_steps", "24",
+        "--learning_rate", "0.003", "--eval_steps", "8", "--logging_steps", "1",
+        "--set", "checkpoint.save_steps=10", "--num_threads", "1",
+    ]  # fmt: skip
+
+
+def records(run: Path, split: str) -> list[dict]:
+    lines = RunFolder(run).metrics.read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("split") == split]
+
+
+def steps(run: Path, split: str = "train") -> list[int]:
+    return [r["step"] for r in records(run, split)]
+
+
+def test_sigint_then_the_printed_command_equals_an_uninterrupted_run(tmp_path):
+    script = tmp_path / "interrupt_at.py"
+    script.write_text(INTERRUPT_AT)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", STOP_AT_STEP="13")
+    first = subprocess.run(
+        [sys.executable, str(script), "train", *flags(tmp_path / "runs", "cut")],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert first.returncode == 130, first.stdout + first.stderr
+    printed = [line for line in first.stdout.splitlines() if line.startswith("resume with: ")]
+    run = tmp_path / "runs" / "cut"
+    assert printed == [f"resume with: trainforge train --resume {run}"]
+    # exactly the printed command, nothing added, from another working directory
+    argv = shlex.split(printed[0].removeprefix("resume with: "))
+    assert argv[0] == "trainforge"
+    resumed = subprocess.run(
+        [sys.executable, "-m", "trainforge", *argv[1:]],
+        cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "(epoch 0, step 13)" in resumed.stdout and "done: finished after 24 steps" in resumed.stdout
+    whole = subprocess.run(
+        [sys.executable, "-m", "trainforge", "train", *flags(tmp_path / "runs", "whole")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    other = tmp_path / "runs" / "whole"
+    a, b = load_file(str(RunFolder(run).model)), load_file(str(RunFolder(other).model))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    # validation records bitwise (times aside); train steps strictly increasing, no repeats
+    def scores(path: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if not k.endswith("_s") and k != "time"}
+                for r in records(path, "val")]  # fmt: skip
+
+    assert scores(run) == scores(other) and len(scores(run)) == 3
+    assert steps(run) == list(range(1, 25)) == steps(other)
+
+
+def test_a_finished_run_extended_trains_step_n_plus_1_first(tmp_path, monkeypatch, capsys):
+    base = flags(tmp_path, "ext")
+    base[base.index("--max_steps") + 1] = "12"
+    code, out, err = run_in_process(monkeypatch, capsys, "train", *base)
+    assert code == 0, err
+    run = RunFolder(tmp_path / "ext")
+    # the end of the run left a verified checkpoint of its last step (save_steps is 10)
+    assert ckpt.verify(run.checkpoints / "checkpoint-12") is None
+    assert f"checkpoints: {run.checkpoints}" in out
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", "--resume", str(run.path), "--max_steps", "15"
+    )
+    assert code == 0, err
+    assert "changed values: training.max_steps = 15" in out
+    assert "(epoch 0, step 12)" in out and "done: finished after 15 steps" in out
+    assert steps(run.path) == list(range(1, 16))  # 13 is the first step trained again
+    assert ckpt.verify(run.checkpoints / "checkpoint-15") is None
+
+
+def test_a_run_shorter_than_the_save_interval_leaves_a_checkpoint(tmp_path, monkeypatch, capsys):
+    base = [*DIGITS_TINY, "--output_dir", str(tmp_path), "--run_name", "short", "--max_steps", "3",
+            "--set", "checkpoint.save_steps=100"]  # fmt: skip
+    code, out, err = run_in_process(monkeypatch, capsys, "train", *base)
+    assert code == 0, err
+    run = RunFolder(tmp_path / "short")
+    assert ckpt.latest(run.checkpoints).path.name == "checkpoint-3"
+    # the summary names only what exists: TensorBoard is off in this run
+    assert "TensorBoard:" not in out and not run.tensorboard.exists()
+    for line in out.splitlines():
+        if line.startswith(("checkpoints:", "metrics:", "final model:")):
+            assert Path(line.split(":", 1)[1].strip()).exists(), line
+
+
+def test_a_fresh_run_into_an_occupied_folder_is_refused_and_overwrite_starts_clean(
+    tmp_path, monkeypatch, capsys
+):
+    base = [*DIGITS_TINY, "--output_dir", str(tmp_path), "--run_name", "one", "--max_steps", "4",
+            "--logging_steps", "1"]  # fmt: skip
+    code, _, err = run_in_process(monkeypatch, capsys, "train", *base)
+    assert code == 0, err
+    run = RunFolder(tmp_path / "one")
+    before = sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*"))
+    code, out, err = run_in_process(monkeypatch, capsys, "train", *base, "--max_steps", "6")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"trainforge train --resume {run.path}" in err and "--overwrite" in err
+    assert sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*")) == before
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", *base, "--max_steps", "6", "--overwrite"
+    )
+    assert code == 0, err
+    assert steps(run.path) == [1, 2, 3, 4, 5, 6]  # only the new run's records
+    assert [p.name for p in run.checkpoints.iterdir() if p.is_dir()] != []
+    assert json.loads(run.run_json.read_text())["total_steps"] == 6
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--resume_from"])
+def test_a_resume_after_a_crash_replays_no_step_twice_in_metrics_or_tensorboard(
+    tmp_path, monkeypatch, capsys, flag
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    base = flags(tmp_path, "crash")
+    base[base.index("--max_steps") + 1] = "14"
+    code, _, err = run_in_process(
+        monkeypatch, capsys, "train", *base, "--set", "logging.tensorboard=true"
+    )
+    assert code == 0, err
+    run = RunFolder(tmp_path / "crash")
+    # As if killed after step 14 was logged but before its checkpoint: resume from step 10.
+    import shutil
+
+    shutil.rmtree(run.checkpoints / "checkpoint-14")
+    for path in (run.model, run.summary):
+        path.unlink()
+    code, out, err = run_in_process(monkeypatch, capsys, "train", flag, str(run.path))
+    assert code == 0, err
+    assert "(epoch 0, step 10)" in out
+    assert steps(run.path) == list(range(1, 15))
+    events = EventAccumulator(str(run.tensorboard))
+    events.Reload()
+    tag = next(t for t in events.Tags()["scalars"] if "loss" in t and "train" in t)
+    seen = [e.step for e in events.Scalars(tag)]
+    assert seen == sorted(set(seen)) and seen[-1] == 14
+
+
+def test_resume_of_a_folder_that_is_no_run_is_one_line(tmp_path, monkeypatch, capsys):
+    code, _, err = run_in_process(monkeypatch, capsys, "train", "--resume", str(tmp_path / "none"))
+    assert code == 2 and err.count("\n") == 1 and "not found" in err
