@@ -3,9 +3,10 @@
 `runs/<name>/` holds everything one run wrote: `run.json` (written at start: the recipe as
 given — the config file's data, the flags, the profile asked for — with total steps, steps
 per epoch, world size and the profile used), `config.resolved.yaml`, `checkpoints/`,
-`metrics.jsonl`, `tensorboard/`, `summary.json`, the final model and the report. Because
-the recipe is recorded, `trainforge train --resume runs/NAME` continues exactly that run
-with nothing else on the command line. Every other module reads and writes the folder
+`metrics.jsonl`, `tensorboard/`, `summary.json`, the final model, the report (`report.html`,
+its plots in `report/`), `eval/confusion.json` and the exports (`export/`). Because the
+recipe is recorded, `trainforge train --resume runs/NAME` continues exactly that run with
+nothing else on the command line. Every other module reads and writes the folder
 through this one; none builds its paths from string literals.
 
 A lock (an `fcntl.flock` on the folder, held for the life of the training process) keeps
@@ -75,8 +76,28 @@ class RunFolder:
         return self.path / "report.html"
 
     @property
+    def report_images(self) -> Path:
+        """The report's PNG plots, beside report.html."""
+        return self.path / "report"
+
+    @property
+    def report_log(self) -> Path:
+        """The output of a report written by a detached child process."""
+        return self.path / "report.log"
+
+    @property
     def eval_dir(self) -> Path:
         return self.path / "eval"
+
+    @property
+    def confusion(self) -> Path:
+        """The validation confusion matrix of a classification run."""
+        return self.eval_dir / "confusion.json"
+
+    @property
+    def export_dir(self) -> Path:
+        """Where `trainforge export` puts its artifacts by default."""
+        return self.path / "export"
 
     @property
     def lock_file(self) -> Path:

@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder
 from trainforge.storage import ACCESS_ERRNOS, SPACE_ERRNOS, storage_error
 
 SUMMARY = "summary.json"
@@ -228,7 +229,8 @@ def find_artifacts(path: Path) -> list[Artifact]:
         raise UserError(f"artifact {path} not found", EXPORT_HINT)
     if path.is_file() or _read_summary(path) is not None:
         return [load_artifact(path)]
-    root = path / "export" if (path / "export").is_dir() else path
+    exports = RunFolder(path).export_dir
+    root = exports if exports.is_dir() else path
     found = [
         load_artifact(child)
         for child in sorted(root.iterdir())

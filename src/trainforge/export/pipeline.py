@@ -24,6 +24,7 @@ from trainforge.export.kinds import kind_class, writer_for
 from trainforge.export.measure import Latency, measure_latency, predict_all, targets_of
 from trainforge.export.options import ExportOptions, check_formats, check_options
 from trainforge.export.source import Source, resolve_source
+from trainforge.runfolder import RunFolder
 
 
 @dataclass
@@ -48,7 +49,7 @@ class ExportJob:
         self.options = options
         self.kind_cls = kind_class(source.config.task.kind, source=str(source.given))
         self.kind = self.kind_cls(source.config)
-        self.out_root = options.output or source.run_dir / "export"
+        self.out_root = options.output or RunFolder(source.run_dir).export_dir
 
     @cached_property
     def info(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn.utils import prune
 
 from trainforge.export.artifacts import ArtifactDir, TorchPredictor
+from trainforge.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from trainforge.export.pipeline import ExportJob, Result
@@ -89,17 +90,17 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
     seed_everything(config.training.seed)
     task = job.kind.finetune_task(config, model)
     progress = ProgressDisplay(enabled=config.logging.progress_bar)
-    log_dir = folder / "finetune"
+    finetune_run = RunFolder(folder / "finetune")  # the fine-tuning's own run folder
     callbacks = [
         EvalCadence(None, config.evaluation.eval_every_epochs),
         MetricsCallback(
-            [JsonlLogger(log_dir / "metrics.jsonl")],
+            [JsonlLogger(finetune_run.metrics)],
             config.logging.logging_steps,
             listeners=[progress],
         ),
         progress,
     ]
-    trainer = Trainer(task, config, run_dir=log_dir, device=device, callbacks=callbacks)
+    trainer = Trainer(task, config, run_dir=finetune_run.path, device=device, callbacks=callbacks)
     print(
         f"fine-tuning the pruned model: {o.finetune_epochs:g} epoch(s), "
         f"{trainer.total_steps} steps, peak lr {lr:g}, {device}"
@@ -113,7 +114,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
         "device": str(device),
         "train_time_s": result.state.train_time_s,
         "val_metrics": result.final_metrics,
-        "log": "finetune/metrics.jsonl",
+        "log": finetune_run.metrics.relative_to(folder).as_posix(),
     }
 
 

@@ -24,9 +24,11 @@ from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
+from trainforge.runfolder import RunFolder
 
-RUN_CONFIG = "config.resolved.yaml"
-FINAL_MODEL = "model.safetensors"
+# A checkpoint folder's own files: engine/checkpoint.py's layout, not the run folder's.
+CHECKPOINT_WEIGHTS = "model.safetensors"
+CHECKPOINT_CONFIG = "config.yaml"
 
 
 @dataclass
@@ -51,13 +53,12 @@ def resolve_source(path: Path) -> Source:
     if not path.is_dir():
         raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)
     if (path / ckpt.MANIFEST).is_file():
-        return _from_checkpoint(
-            path, path.parents[1] if path.parent.name == "checkpoints" else path
-        )
-    if (path / RUN_CONFIG).is_file():
-        if (path / FINAL_MODEL).is_file():
-            return _read(path, path, path / FINAL_MODEL, path / RUN_CONFIG)
-        root = path / "checkpoints"
+        return _from_checkpoint(path, _run_of(path))
+    run = RunFolder(path)
+    if run.resolved_config.is_file():
+        if run.model.is_file():
+            return _read(path, path, run.model, run.resolved_config)
+        root = run.checkpoints
         best = root / "best_model"
         if best.is_dir() and ckpt.verify(best) is None:
             return _from_checkpoint(best, path)
@@ -65,10 +66,16 @@ def resolve_source(path: Path) -> Source:
         if newest is not None:
             return _from_checkpoint(newest.path, path)
         raise UserError(
-            f"run folder {path} has no {FINAL_MODEL} and no usable checkpoint",
+            f"run folder {path} has no {run.model.name} and no usable checkpoint",
             "train it first (trainforge train CONFIG) or pass a checkpoint folder",
         )
     raise UserError(f"{path} is neither a run folder nor a checkpoint", HOW)
+
+
+def _run_of(checkpoint: Path) -> Path:
+    """The run folder whose checkpoints/ holds `checkpoint`, else the checkpoint itself."""
+    run = RunFolder(checkpoint.parent.parent)
+    return run.path if run.checkpoints == checkpoint.parent else checkpoint
 
 
 def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
@@ -76,7 +83,7 @@ def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     ckpt.check_format(folder, ckpt.read_meta(folder))
-    return _read(folder, run_dir, folder / FINAL_MODEL, folder / "config.yaml")
+    return _read(folder, run_dir, folder / CHECKPOINT_WEIGHTS, folder / CHECKPOINT_CONFIG)
 
 
 def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:

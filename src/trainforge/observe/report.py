@@ -32,6 +32,7 @@ from pathlib import Path
 from trainforge.observe.report_data import ClassTable, class_table, load_run
 from trainforge.observe.report_html import PLOTS_OFF, balance_line, render_html
 from trainforge.observe.report_plots import Plot, plot_specs, render
+from trainforge.runfolder import RunFolder
 from trainforge.storage import storage_error
 
 
@@ -59,7 +60,8 @@ def build_report_off_the_path(run_dir: Path, *, background: bool | None = None) 
         background = sys.stdout.isatty()
     if not background:
         return build_report(run_dir)
-    with (run_dir / "report.log").open("wb") as log:
+    folder = RunFolder(run_dir)
+    with folder.report_log.open("wb") as log:
         subprocess.Popen(
             [sys.executable, "-m", "trainforge.observe.report", str(run_dir)],
             stdin=subprocess.DEVNULL,
@@ -67,18 +69,19 @@ def build_report_off_the_path(run_dir: Path, *, background: bool | None = None) 
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl+C at the prompt does not reach it
         )
-    return run_dir / "report.html"
+    return folder.report
 
 
 def _build(run_dir: Path) -> Built:
     data = load_run(run_dir)
     plots = render(plot_specs(data), data.confusion)
     classes = class_table(data.confusion) if data.confusion is not None else None
-    path = run_dir / "report.html"
+    folder = RunFolder(run_dir)
+    path = folder.report
     page = render_html(data, plots, classes)
     tmp = path.with_name(".report.html.tmp")
     try:
-        _write_pngs(run_dir / "report", plots or [])
+        _write_pngs(folder.report_images, plots or [])
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as error:
@@ -111,7 +114,8 @@ def report_command(run_dir: Path) -> None:
     if built.plots is None:
         print(f"report: {built.path} ({PLOTS_OFF})")
     else:
-        print(f"report: {built.path} ({len(built.plots)} plots in {built.path.parent / 'report'})")
+        images = RunFolder(Path(run_dir)).report_images
+        print(f"report: {built.path} ({len(built.plots)} plots in {images})")
     if built.classes is not None and built.classes.flagged:
         print(balance_line(built.classes))
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder
 
 SPLITS = ("train", "val", "val_fast", "telemetry", "test")
 _RECORD_KEYS = {"time", "split", "step", "epoch"}
@@ -90,7 +91,8 @@ def load_run(run_dir: Path) -> RunData:
             f"run folder {run_dir} not found",
             "pass the folder of a training run, such as runs/vit_digits",
         )
-    metrics = run_dir / "metrics.jsonl"
+    folder = RunFolder(run_dir)
+    metrics = folder.metrics
     if not metrics.is_file():
         raise UserError(
             f"{metrics} not found: nothing to report",
@@ -98,12 +100,12 @@ def load_run(run_dir: Path) -> RunData:
         )
     notes: list[str] = []
     data = RunData(run_dir=run_dir, records=_read_metrics(metrics, notes), notes=notes)
-    data.summary = _read_mapping(run_dir / "summary.json", notes)
-    data.config = _read_mapping(run_dir / "config.resolved.yaml", notes)
-    data.checkpoint_meta = _read_mapping(run_dir / "checkpoints" / "checkpoint_meta.json", notes)
-    confusion_path = run_dir / "eval" / "confusion.json"
-    if confusion_path.is_file():
-        data.confusion = _read_confusion(confusion_path, notes)
+    data.summary = _read_mapping(folder.summary, notes)
+    data.config = _read_mapping(folder.resolved_config, notes)
+    # engine.checkpoint.RUN_META, named here: importing that module would import torch
+    data.checkpoint_meta = _read_mapping(folder.checkpoints / "checkpoint_meta.json", notes)
+    if folder.confusion.is_file():
+        data.confusion = _read_confusion(folder.confusion, notes)
     if not data.summary:
         notes.append("no summary.json: the run has not finished (still running, or it crashed)")
     if not any(data.records.values()):

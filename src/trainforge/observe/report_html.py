@@ -24,6 +24,7 @@ from trainforge.observe.report_data import (
     throughput,
 )
 from trainforge.observe.report_plots import Plot
+from trainforge.runfolder import RunFolder
 
 PLOTS_OFF = "plots off: matplotlib is not installed (pip install 'trainforge[track]')"
 _SHARE_KEYS = ("accuracy", "per", "wer", "cer", "mfu")
@@ -356,7 +357,7 @@ def _notes_section(data: RunData) -> str:
 
 
 def _config_section(data: RunData) -> str:
-    path = data.run_dir / "config.resolved.yaml"
+    path = RunFolder(data.run_dir).resolved_config
     if not data.config or not path.is_file():
         return ""
     text = path.read_text(encoding="utf-8", errors="replace")
