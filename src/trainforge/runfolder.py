@@ -246,8 +246,8 @@ def find_run(value: str) -> tuple[RunFolder, Path | None] | None:
         path = path.with_suffix("")
     if not path.is_dir():
         return None
-    if RunFolder(path).is_run() or (path / "checkpoints").is_dir():
+    if RunFolder(path).is_run() or RunFolder(path).checkpoints.is_dir():
         return RunFolder(path), None
-    if path.parent.name == "checkpoints":
+    if path.parent == RunFolder(path.parent.parent).checkpoints:
         return RunFolder(path.parent.parent), path
     return None

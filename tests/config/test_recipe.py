@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.fakes.in_process import run_in_process
+
 from trainforge.config import ConfigError, validate
 from trainforge.config.plan import plan_accumulation
 from trainforge.hardware import detect, load_fixture
@@ -139,7 +139,9 @@ def test_learning_rate_scaling_applies_only_when_the_command_line_changes_the_ba
 
 
 def test_auto_batch_keeps_the_recipes_effective_batch():
-    resolved = plan_for(REPO / "config" / "vit_digits.yaml", "jetson-orin", 2, "--batch_size", "auto")
+    resolved = plan_for(
+        REPO / "config" / "vit_digits.yaml", "jetson-orin", 2, "--batch_size", "auto"
+    )
     t = resolved.config.training
     assert t.per_device_train_batch_size == "auto" and t.global_batch_size == 64
     assert resolved.config.optimizer.learning_rate == 0.002

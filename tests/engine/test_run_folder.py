@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
-
 from tests.fakes.cli_args import DIGITS_TINY, REPO
 from tests.fakes.in_process import run_in_process
+
 from trainforge.engine import checkpoint as ckpt
 from trainforge.runfolder import RunFolder
 
@@ -78,7 +77,9 @@ def test_sigint_then_the_printed_command_equals_an_uninterrupted_run(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=DEADLINE_S,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "(epoch 0, step 13)" in resumed.stdout and "done: finished after 24 steps" in resumed.stdout
+    assert (
+        "(epoch 0, step 13)" in resumed.stdout and "done: finished after 24 steps" in resumed.stdout
+    )
     whole = subprocess.run(
         [sys.executable, "-m", "trainforge", "train", *flags(tmp_path / "runs", "whole")],
         cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S,
@@ -87,6 +88,7 @@ def test_sigint_then_the_printed_command_equals_an_uninterrupted_run(tmp_path):
     other = tmp_path / "runs" / "whole"
     a, b = load_file(str(RunFolder(run).model)), load_file(str(RunFolder(other).model))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
     # validation records bitwise (times aside); train steps strictly increasing, no repeats
     def scores(path: Path) -> list[dict]:
         return [{k: v for k, v in r.items() if not k.endswith("_s") and k != "time"}
@@ -138,11 +140,11 @@ def test_a_fresh_run_into_an_occupied_folder_is_refused_and_overwrite_starts_cle
     assert code == 0, err
     run = RunFolder(tmp_path / "one")
     before = sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*"))
-    code, out, err = run_in_process(monkeypatch, capsys, "train", *base, "--max_steps", "6")
+    code, _, err = run_in_process(monkeypatch, capsys, "train", *base, "--max_steps", "6")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert f"trainforge train --resume {run.path}" in err and "--overwrite" in err
     assert sorted((p, p.stat().st_mtime_ns) for p in run.path.rglob("*")) == before
-    code, out, err = run_in_process(
+    code, _out, err = run_in_process(
         monkeypatch, capsys, "train", *base, "--max_steps", "6", "--overwrite"
     )
     assert code == 0, err

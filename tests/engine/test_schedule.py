@@ -69,3 +69,18 @@ def test_schedule_state_survives_weights_only_round_trip(tmp_path):
     opt2.step()
     sched2.step()
     assert opt2.param_groups[0]["lr"] == pytest.approx(opt.param_groups[0]["lr"])
+
+
+def test_a_warmup_in_epochs_longer_than_a_step_budget_is_shortened_with_a_notice():
+    from trainforge.config.schema import ScheduleConfig
+    from trainforge.engine.schedule import fit_warmup
+
+    cfg = ScheduleConfig(warmup_epochs=3)  # 3 x 23 = 69 steps, in a 24-step run
+    fitted, note = fit_warmup(cfg, steps_per_epoch=23, total_steps=24)
+    assert fitted.warmup_steps == 2
+    assert note == (
+        "schedule: warmup of 3 epochs = 69 steps does not fit the 24-step run; shortened to 2 "
+        "(a tenth of the run)"
+    )
+    same, none = fit_warmup(cfg, steps_per_epoch=23, total_steps=100)
+    assert same is cfg and none == ""

@@ -90,9 +90,7 @@ def test_a_profile_written_to_a_file_is_accepted_by_profile(tmp_path, monkeypatc
     code, shown, _ = run_in_process(monkeypatch, capsys, "profiles", "show", "cpu")
     assert code == 0
     mine = tmp_path / "my_profile.yaml"
-    mine.write_text(
-        shown.replace("telemetry_interval_s: 5", "telemetry_interval_s: 7")
-    )
+    mine.write_text(shown.replace("telemetry_interval_s: 5", "telemetry_interval_s: 7"))
     resolved = validate(None, platform=detect(load_fixture(FIXTURES / "cpu")), profile=str(mine))
     assert resolved.config.hardware.telemetry_interval_s == 7
     assert resolved.sources["hardware.telemetry_interval_s"] == f"profile {mine}"

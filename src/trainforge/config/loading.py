@@ -11,8 +11,8 @@ recipe for a target. Nothing here imports torch: `trainforge validate` answers a
 from __future__ import annotations
 
 import copy
-import os
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -293,7 +293,7 @@ def _train_held(
         peak_tflops=_peak_tflops(config, platform, device),
     )
     _print_start(resolved, platform, trainer, run_dir)
-    for line in (*resolved.notes, fit_line):
+    for line in (*resolved.notes, fit_line, trainer.schedule_note):
         if line:
             print(line)
     if main:
@@ -346,9 +346,9 @@ def _train_held(
     }
     extra["world_size"] = dist.world_size
     if confusion is not None:
-        (run_dir / "eval").mkdir(exist_ok=True)
-        (run_dir / "eval" / "confusion.json").write_text(json.dumps(confusion), encoding="utf-8")
-    (run_dir / "summary.json").write_text(
+        folder.eval_dir.mkdir(exist_ok=True)
+        folder.confusion.write_text(json.dumps(confusion), encoding="utf-8")
+    folder.summary.write_text(
         json.dumps(
             {
                 **{k: str(v) if isinstance(v, Path) else v for k, v in vars(summary).items()},
@@ -489,7 +489,7 @@ def _write_report(run_dir: Path) -> None:
 def ckpt_latest(run_dir: Path) -> Path | None:
     from trainforge.engine import checkpoint as ckpt
 
-    found = ckpt.latest(run_dir / "checkpoints")
+    found = ckpt.latest(RunFolder(run_dir).checkpoints)
     return found.path if found else None
 
 
@@ -508,7 +508,7 @@ def _save_final_model(trainer, run_dir: Path, weights: dict | None = None) -> No
     from trainforge.engine import checkpoint as ckpt
 
     source = weights if weights is not None else trainer.model.state_dict()
-    ckpt.save_weights(run_dir / "model.safetensors", source, {"config_hash": trainer.config_hash})
+    ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": trainer.config_hash})
 
 
 def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -44,6 +45,22 @@ def warmup_steps_for(cfg: ScheduleConfig, steps_per_epoch: int) -> int:
     if cfg.warmup_steps is not None:
         return cfg.warmup_steps
     return round(cfg.warmup_epochs * steps_per_epoch)
+
+
+def fit_warmup(cfg: ScheduleConfig, steps_per_epoch: int, total_steps: int) -> tuple[Any, str]:
+    """(the schedule, a notice): a warmup that does not fit the run (a run shortened with
+    --max_steps while the warmup is counted in epochs, so the config layer could not tell)
+    is shortened to a tenth of the run, as `trainforge.config.plan` does for the cases it
+    can see before the data is known."""
+    warmup = warmup_steps_for(cfg, steps_per_epoch)
+    if warmup < total_steps or warmup == 0:
+        return cfg, ""
+    short = total_steps // 10
+    given = f"{cfg.warmup_epochs:g} epochs = " if cfg.warmup_steps is None else ""
+    return cfg.model_copy(update={"warmup_steps": short}), (
+        f"schedule: warmup of {given}{warmup} steps does not fit the {total_steps}-step run; "
+        f"shortened to {short} (a tenth of the run)"
+    )
 
 
 def build_scheduler(

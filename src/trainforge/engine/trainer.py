@@ -26,7 +26,7 @@ from trainforge.config.schema import RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.precision import Precision
-from trainforge.engine.schedule import build_scheduler
+from trainforge.engine.schedule import build_scheduler, fit_warmup
 from trainforge.engine.state import TrainerState, capture_rng, restore_rng
 from trainforge.engine.task import Task
 from trainforge.errors import UserError
@@ -250,9 +250,12 @@ class Trainer:
             self.total_steps = t.max_steps
         else:
             self.total_steps = max(1, math.ceil(t.num_train_epochs * self.steps_per_epoch))
+        schedule, self.schedule_note = fit_warmup(
+            config.schedule, self.steps_per_epoch, self.total_steps
+        )
         self.scheduler = build_scheduler(
             self.optimizer,
-            config.schedule,
+            schedule,
             peak_lr=config.optimizer.learning_rate,
             total_steps=self.total_steps,
             steps_per_epoch=self.steps_per_epoch,
