@@ -1,14 +1,18 @@
-"""Web app fixtures: a project folder, and apps on recorded machines with the stand-in trainer."""
+"""Web app fixtures: a project folder, and apps on recorded machines with the stand-in trainer
+(folder_trainer.py: the fake trainer with the CLI's run folder contract)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fakes.web import CPU, FAKE_TRAINER, REPO, write_hf_folder
+from fakes.web import CPU, REPO, write_hf_folder
+
+FOLDER_TRAINER = [sys.executable, str(Path(__file__).resolve().parent / "folder_trainer.py")]
 
 
 @pytest.fixture
@@ -33,7 +37,7 @@ def make_client(project: Path) -> Iterator[Callable]:
 
     def make(fixture: Path | None = CPU, fake: bool = True, **options) -> TestClient:
         if fake:
-            options.setdefault("train_command", FAKE_TRAINER)
+            options.setdefault("train_command", FOLDER_TRAINER)
         options.setdefault("poll_interval_s", 0.05)
         settings = WebSettings(root=project, fixture=fixture, **options)
         client = TestClient(create_app(settings))

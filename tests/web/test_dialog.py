@@ -140,6 +140,25 @@ def test_fp16_profile_on_a_cpu_machine_is_refused_like_the_cli(make_client):
     assert any("training.precision = 'fp16': needs a CUDA device" in m for m in errors["_form"])
 
 
+def test_each_error_goes_beside_the_field_it_names_not_a_flag_in_its_hint():
+    from trainforge.web.dialog import place_errors
+
+    hint = "or check for the run's hardware with --profile NAME"
+    lines = [
+        f"training.precision = 'fp16': needs a CUDA device; {hint}",
+        "profile = 'nope': unknown profile; pick one of cpu, jetson-orin",
+        "optimizer.learning_rate = -1: must be greater than 0",
+        "training.max_steps = 0: must be at least 1",
+    ]
+    errors = place_errors(lines, ["training.max_steps=0"])
+    assert errors == {
+        "_form": [lines[0]],
+        "profile": [lines[1]],
+        "learning_rate": [lines[2]],
+        "overrides": [lines[3]],
+    }
+
+
 def test_batch_size_auto_passes_the_validator_and_reaches_the_command_line(project):
     from trainforge.web.dialog import TrainForm, validate_form
     from trainforge.web.settings import WebSettings

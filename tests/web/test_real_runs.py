@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from fakes.web import TINY_VIT, run_form, wait_for
+from trainforge.runfolder import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -36,18 +37,21 @@ def test_real_run_stops_with_a_checkpoint_and_resumes_to_the_end(make_client, pr
     view = wait_for(done(client, "digits-web"), timeout=600)
     log = "\n".join(client.get("/api/runs/digits-web/log").json()["lines"])
     assert view["status"] == "stopped" and view["exit_code"] == 130, log
-    run_dir = project / "runs" / "digits-web"
-    assert (run_dir / "checkpoints" / "checkpoint_interrupted").is_dir()
+    folder = RunFolder(project / "runs" / "digits-web")
+    assert (folder.checkpoints / "checkpoint_interrupted").is_dir() and folder.is_run()
     assert view["total_steps"] == 1500 and 0 < view["step"] < 1500
     stopped_at = view["step"]
 
     assert client.post("/api/runs/digits-web/resume").status_code == 202
     view = wait_for(done(client, "digits-web"), timeout=600)
     assert view["status"] == "completed", view["message"]
-    assert "resumed from runs/digits-web/checkpoints/checkpoint_interrupted" in "\n".join(
-        client.get("/api/runs/digits-web/log", params={"lines": 1000}).json()["lines"]
+    lines = client.get("/api/runs/digits-web/log", params={"lines": 1000}).json()["lines"]
+    # The second attempt is the CLI's own resume command, the recipe read from run.json.
+    assert [line for line in lines if line.startswith("$ ")][-1] == (
+        "$ trainforge train --resume runs/digits-web"
     )
-    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "resumed from runs/digits-web/checkpoints/checkpoint_interrupted" in "\n".join(lines)
+    summary = json.loads(folder.summary.read_text())
     assert summary["global_step"] == 1500 and not summary["interrupted"]
     steps = [r["step"] for r in client.get("/api/runs/digits-web/metrics").json()["records"]]
     assert max(steps) == 1500 and any(s > stopped_at for s in steps)

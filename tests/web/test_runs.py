@@ -14,6 +14,7 @@ import time
 import pytest
 
 from fakes.web import JETSON, run_form, wait_for
+from trainforge.runfolder import RunFolder
 from trainforge.web.db import RunRecord
 
 
@@ -110,7 +111,7 @@ def test_stop_checkpoints_gracefully_and_resume_continues(make_client, monkeypat
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.001")
     resumed = client.post("/api/runs/digits-web/resume")
     assert resumed.status_code == 202 and resumed.json()["attempts"] == 2
-    assert resumed.json()["argv"] == view["argv"]  # same run; --resume auto is added
+    assert resumed.json()["argv"] == view["argv"]  # the run's own arguments stay recorded
     view = wait_for(finished(client, "digits-web"))
     assert view["status"] == "completed" and view["step"] == 400
     records = client.get("/api/runs/digits-web/metrics").json()["records"]
@@ -209,13 +210,24 @@ def test_name_in_use_is_refused_beside_the_output_name(make_client, monkeypatch)
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_a_run_folder_with_checkpoints_needs_overwrite(make_client, project, overwrite):
-    (project / "runs" / "digits-web" / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+@pytest.mark.parametrize("left", ["checkpoints", "metrics", "run.json"])
+def test_a_folder_that_holds_a_run_needs_overwrite(make_client, project, overwrite, left):
+    folder = RunFolder(project / "runs" / "digits-web")
+    if left == "checkpoints":
+        (folder.checkpoints / "checkpoint-5").mkdir(parents=True)
+    elif left == "metrics":
+        folder.path.mkdir(parents=True)
+        folder.metrics.write_text("")
+    else:
+        folder.path.mkdir(parents=True)
+        folder.write_run({"command": []})
     response = make_client().post("/api/runs", json=run_form(overwrite=overwrite))
     if overwrite:
         assert response.status_code == 201 and response.json()["argv"][-1] == "--overwrite"
     else:
-        assert "already has checkpoints" in response.json()["errors"]["output_name"][0]
+        message = response.json()["errors"]["output_name"][0]
+        assert message.startswith(f"runs/digits-web already holds a run ({left})")
+        assert "`trainforge train --resume runs/digits-web`" in message
 
 
 def test_causal_lm_run_writes_a_model_that_the_models_list_shows(make_client, monkeypatch):

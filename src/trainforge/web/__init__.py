@@ -1,13 +1,14 @@
 """The web app (`trainforge serve`): launch, watch and stop training runs from a browser.
 
 The server never trains in its own process: it validates the Train Model form with the same
-validator as the CLI, starts `trainforge train` as a subprocess, records runs in SQLite and
-reads progress from the run folder's metrics.jsonl. Nothing here imports torch, so the server
-stays small beside a run (on a Jetson both share one memory).
+validator as the CLI, starts `trainforge train` as a subprocess (Resume:
+`trainforge train --resume runs/NAME`), records runs in SQLite and reads progress from the
+run folder, whose layout `trainforge.runfolder.RunFolder` owns. Nothing here imports torch,
+so the server stays small beside a run (on a Jetson both share one memory).
 
 Modules: `settings` (paths, token, names), `db` (the SQLite run registry), `runner`
 (subprocesses: start, stop, resume, adopt after a restart), `dialog` (the Train Model form:
-defaults and validation), `progress` (metrics.jsonl and run folder facts), `model_list`
+defaults and validation), `progress` (metrics records and run folder facts), `model_list`
 (models/ folders), `system` (platform and live telemetry), `api` (the JSON API), `app`
 (pages, access token, the app factory), `serve` (the command).
 """

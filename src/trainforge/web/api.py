@@ -3,7 +3,7 @@
 Run ids, model names and output names must be plain folder names (`settings.check_name`);
 anything else is a 400 before a path is built. Form problems are 422 with an `errors`
 mapping of dialog field -> messages (plus FastAPI's usual `detail` list). Progress streams
-are server-sent events read from the run folder's metrics.jsonl.
+are server-sent events read from the run folder's metrics file (`RunFolder.metrics`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainforge.errors import UserError
+from trainforge.runfolder import resume_command
 from trainforge.web.db import RunRecord
 from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
 from trainforge.web.model_list import list_models
-from trainforge.web.progress import METRICS_FILE, log_tail, read_records
+from trainforge.web.progress import log_tail, read_records
 from trainforge.web.settings import is_plain_name
 from trainforge.web.state import AppState
 
@@ -146,11 +147,12 @@ def _name_conflict(state: AppState, form: TrainForm, lm: bool) -> str | None:
         return f"run {form.output_name} is {existing.status}; pick another name"
     if form.overwrite:
         return None
-    run_dir = state.settings.run_dir(form.output_name)
-    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+    found = state.settings.run_folder(form.output_name).occupied()
+    if found:
+        folder = state.settings.cli_run_folder(form.output_name)
         return (
-            f"{state.settings.runs_dir}/{form.output_name} already has checkpoints; pick another "
-            "name, tick Overwrite, or Resume that run from the Runs page"
+            f"{folder.path} already holds a run ({', '.join(found)}); pick another name, tick "
+            f"Overwrite, or continue it: Resume on the Runs page or `{resume_command(folder)}`"
         )
     if lm and (state.settings.models_path / form.output_name).exists():
         return (
@@ -167,7 +169,7 @@ def list_runs(request: Request) -> list[RunOut]:
 
 
 # Many clients poll a run's status, so it runs on the event loop, like the event streams:
-# its reads are small and local (one SQLite row in WAL mode, a stat, the bytes metrics.jsonl
+# its reads are small and local (one SQLite row in WAL mode, a stat, the bytes the metrics file
 # grew by), and the worker-thread hop of a plain `def` cost more CPU than the work itself
 # and doubled p99 latency under 50 polling clients (benchmarks/web_load.py).
 @router.get("/runs/{run_id}", responses={400: {}, 404: {}})
@@ -204,10 +206,13 @@ def cancel_run(request: Request, run_id: str) -> RunOut:
 
 @router.post("/runs/{run_id}/resume", status_code=202, responses={400: {}, 404: {}, 409: {}})
 def resume_run(request: Request, run_id: str) -> RunOut:
-    """Start the run again with `--resume auto` (its newest good checkpoint)."""
+    """Start the run again as `trainforge train --resume runs/NAME`: its newest good
+    checkpoint, with the recipe recorded in the run folder's run.json."""
     state = _state(request)
     record = _record(state, run_id)
-    if not (state.settings.root / record.config).is_file():
+    recorded = state.settings.run_folder(record.id).is_run()
+    if not recorded and not (state.settings.root / record.config).is_file():
+        # Without run.json the attempt names the config file again (runner.attempt_args).
         raise HTTPException(409, f"the run's config {record.config} no longer exists")
     try:
         record = state.runner.resume(run_id)
@@ -218,10 +223,10 @@ def resume_run(request: Request, run_id: str) -> RunOut:
 
 @router.get("/runs/{run_id}/metrics", responses={400: {}, 404: {}})
 def run_metrics(request: Request, run_id: str, offset: int = Query(0, ge=0)) -> dict[str, Any]:
-    """metrics.jsonl records after byte `offset`, and the offset to ask from next."""
+    """The run's metrics records after byte `offset`, and the offset to ask from next."""
     state = _state(request)
     record = _record(state, run_id)
-    path = state.settings.run_dir(record.id) / METRICS_FILE
+    path = state.settings.run_folder(record.id).metrics
     records, end = read_records(path, offset)
     return {"records": records, "offset": end}
 
@@ -240,7 +245,7 @@ async def run_events(
     offset: int = Query(0, ge=0),
     last_event_id: str | None = Header(None),
 ) -> StreamingResponse:
-    """Server-sent events: `metrics` (new metrics.jsonl records), `status` (the run),
+    """Server-sent events: `metrics` (new metrics records), `status` (the run),
     `end` once the run is no longer active and every record was sent."""
     state = _state(request)
     record = _record(state, run_id)
@@ -261,7 +266,7 @@ def _sse(event: str, data: Any, event_id: int | None = None) -> str:
 async def _run_stream(
     request: Request, state: AppState, run_id: str, offset: int
 ) -> AsyncIterator[str]:
-    path = state.settings.run_dir(run_id) / METRICS_FILE
+    path = state.settings.run_folder(run_id).metrics
     last_status: str | None = None
     beat = time.monotonic()
     while not await request.is_disconnected():

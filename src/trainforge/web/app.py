@@ -34,7 +34,6 @@ from trainforge import __version__
 from trainforge.hardware import Platform
 from trainforge.web import api
 from trainforge.web.model_list import human_bytes, list_models
-from trainforge.web.progress import REPORT_FILE
 from trainforge.web.settings import WebSettings
 from trainforge.web.state import AppState
 
@@ -203,9 +202,9 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
     @app.get("/runs/{run_id}/report", include_in_schema=False)
     def run_report(run_id: str) -> FileResponse:
         record = api._record(state, run_id)
-        path = state.settings.run_dir(record.id) / REPORT_FILE
+        path = state.settings.run_folder(record.id).report
         if not path.is_file():
-            raise HTTPException(404, f"run {run_id} has no {REPORT_FILE} yet")
+            raise HTTPException(404, f"run {run_id} has no {path.name} yet")
         return FileResponse(path, media_type="text/html")
 
     @app.get("/models", response_class=HTMLResponse, include_in_schema=False)

@@ -5,13 +5,15 @@ Defaults come from `trainforge.config.load` on the chosen run config with the de
 platform's profile (on a Jetson: config/jetson_training.json and jetson-orin), so the
 dialog shows exactly what `trainforge train CONFIG` would use. A submission becomes the
 argument list of `trainforge train` (every dialog field as a `--set`), is validated by
-`trainforge.config.validate` with those same arguments, and each error line is placed
-beside the field whose config path it names.
+`trainforge.config.validate` with those same arguments, judged against this machine as
+`trainforge train` judges them (the run trains here, whatever profile is picked), and each
+error line is placed beside the field whose config path it names.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -294,6 +296,7 @@ def validate_form(
         resolved = validate(
             path,
             platform=platform,
+            for_profile=False,  # the run trains on this machine: its hardware rules apply
             profile=None if form.profile == "auto" else form.profile,
             overrides=sets,
         )
@@ -309,15 +312,25 @@ def _lines(err: UserError) -> list[str]:
 def place_errors(
     lines: list[str], overrides: list[str], label: str | None = None
 ) -> dict[str, list[str]]:
-    """Each error line beside the field whose config path it names (earliest mention)."""
+    """Each error line beside the field whose config path it names (earliest mention).
+
+    A name counts as a mention only on its own: `--profile NAME` in a hint is a flag of the
+    command line, not the profile field, and `x.profile` is some other path."""
     override_keys = [item.partition("=")[0].strip() for item in overrides]
     errors: dict[str, list[str]] = {}
     for line in lines:
         text = line.removeprefix(f"{label}: ") if label else line
-        spots = [(text.find(p), f) for p, f in FIELD_PATHS.items() if p in text]
-        spots += [(text.find(k), "overrides") for k in override_keys if k and k in text]
+        spots = [(at, f) for p, f in FIELD_PATHS.items() if (at := _mention(text, p)) >= 0]
+        spots += [(at, "overrides") for k in override_keys if k and (at := _mention(text, k)) >= 0]
         target = min(spots)[1] if spots else "_form"
         if "--set" in text and not spots:
             target = "overrides"
         errors.setdefault(target, []).append(text)
     return errors
+
+
+def _mention(text: str, name: str) -> int:
+    """Where `name` first stands on its own in `text` (not inside a longer path or a
+    `--flag`), else -1."""
+    found = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", text)
+    return found.start() if found else -1

@@ -1,6 +1,7 @@
-"""What a run folder says about a run: metrics.jsonl records, checkpoints, summary, report.
+"""What a run folder says about a run: metrics records, checkpoints, summary.
 
-The trainer appends one JSON line per logging point to runs/NAME/metrics.jsonl (split
+Every path comes from `trainforge.runfolder.RunFolder`, the one owner of a run folder's
+layout. The trainer appends one JSON line per logging point to the metrics file (split
 `train` or `val`, plus `telemetry` records when sampled) and flushes each line, so the
 file is read incrementally from a byte offset; a line without its newline is still being
 written and waits for the next read. `MetricsCache` keeps the latest record per split for
@@ -16,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-REPORT_FILE = "report.html"
+from trainforge.runfolder import RunFolder
+
+# The checkpoint the trainer saves when a signal stops it (engine/callbacks.py GracefulStop).
 INTERRUPTED_CHECKPOINT = "checkpoint_interrupted"
 # The trainer's start line: "... steps: 920 (23/epoch)".
 _TOTAL_STEPS_RE = re.compile(rb"steps: (\d+) \((\d+)/epoch\)")
@@ -70,8 +71,8 @@ class MetricsCache:
         self._lock = threading.Lock()
         self._runs: dict[Path, Latest] = {}
 
-    def latest(self, run_dir: Path) -> Latest:
-        path = run_dir / METRICS_FILE
+    def latest(self, folder: RunFolder) -> Latest:
+        path = folder.metrics
         with self._lock:
             state = self._runs.setdefault(path, Latest())
             records, offset = read_records(path, state.offset)
@@ -84,30 +85,34 @@ class MetricsCache:
             return Latest(state.offset, state.count, dict(state.by_split))
 
 
-def checkpoints(run_dir: Path) -> list[str]:
-    root = run_dir / "checkpoints"
+def interrupted_checkpoint(folder: RunFolder) -> Path:
+    return folder.checkpoints / INTERRUPTED_CHECKPOINT
+
+
+def checkpoints(folder: RunFolder) -> list[str]:
+    root = folder.checkpoints
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_summary(folder: RunFolder) -> dict[str, Any] | None:
     try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        data = json.loads(folder.summary.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def summary_since(run_dir: Path, since: float | None) -> dict[str, Any] | None:
-    """summary.json when it was written after `since` (this attempt), else None."""
-    path = run_dir / SUMMARY_FILE
+def summary_since(folder: RunFolder, since: float | None) -> dict[str, Any] | None:
+    """The run's summary when it was written after `since` (this attempt), else None."""
+    path = folder.summary
     try:
         if since is not None and path.stat().st_mtime < since - 1.0:
             return None
     except OSError:
         return None
-    return read_summary(run_dir)
+    return read_summary(folder)
 
 
 def total_steps(log_path: Path) -> int | None:

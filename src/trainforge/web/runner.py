@@ -1,8 +1,11 @@
 """Training runs as subprocesses: start, stop, resume, and notice when one ends or vanishes.
 
-Each attempt is `trainforge train CONFIG ARGS [--resume auto]` in its own session (so a
-Ctrl+C in the server's terminal does not reach it), with stdout and stderr in a log file
-beside the database. A watcher thread waits for the exit code and records the outcome; a
+The first attempt is `trainforge train CONFIG ARGS` (the Train Model dialog's arguments); a
+resumed one is `trainforge train --resume runs/NAME` and nothing else, because the run
+recorded its recipe in the run folder's run.json (`runner.attempt_args` covers a run that
+died before writing it). Each runs in its own session (so a Ctrl+C in the server's terminal
+does not reach it), with stdout and stderr in a log file beside the database, headed by the
+command line of the attempt. A watcher thread waits for the exit code and records the outcome; a
 crashed run is a failed record, never a problem for the server. Runs still going when the
 server restarts are adopted by pid (checked against the process's start time, so a reused
 pid is not mistaken for the run) and polled; a run whose process is gone is judged from its
@@ -28,8 +31,15 @@ import psutil
 
 from trainforge.errors import UserError
 from trainforge.hardware.threads import THREADS_ENV, usable_cores
+from trainforge.runfolder import resume_command
 from trainforge.web.db import RUNNING, RunRecord, RunRegistry
-from trainforge.web.progress import INTERRUPTED_CHECKPOINT, log_tail, summary_since
+from trainforge.web.progress import (
+    INTERRUPTED_CHECKPOINT,
+    checkpoints,
+    interrupted_checkpoint,
+    log_tail,
+    summary_since,
+)
 from trainforge.web.settings import TOKEN_ENV, WebSettings
 
 STOP_CODES = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM"}
@@ -94,7 +104,7 @@ class Runner:
                 if not waiting:
                     return
                 record = waiting[0]
-                try:  # a run queued earlier resumes its checkpoint (it has run before)
+                try:  # a run that has run before resumes (`--resume runs/NAME`)
                     self.start(record, resume=record.attempts > 0)
                 except OSError as err:
                     self.registry.finish_if_active(
@@ -111,17 +121,41 @@ class Runner:
         return {THREADS_ENV: str(max(1, usable_cores() // parallel))}
 
     # ------------------------------------------------------------------ start / stop
+    def attempt_args(self, record: RunRecord, *, resume: bool) -> tuple[list[str], str]:
+        """(what follows `trainforge train` in an attempt of `record`, the command line the
+        log shows for it).
+
+        A first attempt is the dialog's argument list. A resume is `--resume runs/NAME`,
+        exactly the command `trainforge train` itself prints for continuing the run, once
+        the run folder holds run.json. Without run.json the process died before recording
+        the run: with checkpoints in the folder (a run of a trainforge that wrote no
+        run.json) the config is named as well, `CONFIG ARGS --resume runs/NAME`, as the CLI
+        asks then; with none there is nothing to resume, so the run starts again from its
+        own arguments, with `--overwrite` when the dead attempt left files (an empty
+        metrics file, a TensorBoard folder) that a fresh start would refuse to replace.
+        """
+        args = list(record.argv)
+        if resume:
+            folder = self.settings.cli_run_folder(record.id)  # runs/NAME, as the CLI says it
+            here = self.settings.run_folder(record.id)
+            if here.is_run():
+                return ["--resume", str(folder.path)], f"$ {resume_command(folder)}"
+            if checkpoints(here):
+                args += ["--resume", str(folder.path)]
+            elif here.occupied() and "--overwrite" not in args:
+                args.append("--overwrite")
+        return args, f"$ trainforge train {' '.join(args)}"
+
     def start(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
         """Launch an attempt of `record` (saved first when new) and watch it."""
-        argv = [*self.settings.train_command, *record.argv]
-        if resume:
-            argv += ["--resume", "auto"]
+        args, shown = self.attempt_args(record, resume=resume)
+        argv = [*self.settings.train_command, *args]
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # never hand it on
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self._thread_env())
         log = self.log_path(record.id)
         with self._lock, log.open("ab") as out:
-            out.write(f"$ trainforge train {' '.join(record.argv)}".encode() + b"\n")
+            out.write(shown.encode() + b"\n")
             out.flush()
             process = subprocess.Popen(
                 argv,
@@ -247,15 +281,15 @@ class Runner:
         self.start_queued()  # the slot this run held goes to the oldest queued run
 
     def _outcome(self, record: RunRecord, code: int | None) -> tuple[str, str]:
-        run_dir = self.settings.run_dir(record.id)
+        folder = self.settings.run_folder(record.id)
         if code == 0:
             return "completed", "finished"
         if code in STOP_CODES:
-            saved = (run_dir / "checkpoints" / INTERRUPTED_CHECKPOINT).is_dir()
+            saved = interrupted_checkpoint(folder).is_dir()
             where = f"checkpoint {INTERRUPTED_CHECKPOINT} saved" if saved else "no checkpoint yet"
             return "stopped", f"stopped by {STOP_CODES[code]}; {where}"
         if code is None:  # not our child: judge by the run folder
-            summary = summary_since(run_dir, record.started_at)
+            summary = summary_since(folder, record.started_at)
             if summary is not None and summary.get("interrupted"):
                 return "stopped", f"stopped ({summary.get('signal') or 'signal'})"
             if summary is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder
 
 TOKEN_ENV = "TRAINFORGE_WEB_TOKEN"
 DB_ENV = "TRAINFORGE_WEB_DB"
@@ -93,8 +94,14 @@ class WebSettings:
         assert self.db_path is not None
         return self.db_path.parent / "logs"
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.runs_path / check_name(run_id, "run id")
+    def run_folder(self, run_id: str) -> RunFolder:
+        """A run's folder, to read (an absolute path under `root`)."""
+        return RunFolder(self.runs_path / check_name(run_id, "run id"))
+
+    def cli_run_folder(self, run_id: str) -> RunFolder:
+        """A run's folder as `trainforge train` names it: relative to `root`, the folder
+        every training process runs in (runs/NAME, as in `--resume runs/NAME`)."""
+        return RunFolder(Path(self.runs_dir) / check_name(run_id, "run id"))
 
     def detect_platform(self):
         from trainforge.hardware import detect, load_fixture

@@ -10,7 +10,6 @@ from trainforge.hardware import Platform
 from trainforge.web.db import RunRecord, RunRegistry
 from trainforge.web.progress import (
     INTERRUPTED_CHECKPOINT,
-    REPORT_FILE,
     MetricsCache,
     checkpoints,
     total_steps,
@@ -51,10 +50,10 @@ class AppState:
 
     def run_view(self, record: RunRecord) -> dict[str, Any]:
         """A run as the pages and the API show it: the record plus its folder's facts."""
-        run_dir = self.settings.run_dir(record.id)
-        latest = self.metrics.latest(run_dir)
+        folder = self.settings.run_folder(record.id)
+        latest = self.metrics.latest(folder)
         train = latest.by_split.get("train", {})
-        found = checkpoints(run_dir)
+        found = checkpoints(folder)
         view = record.to_dict()
         view.pop("pid_started", None)
         view.pop("queued_at", None)
@@ -66,7 +65,7 @@ class AppState:
             num_records=latest.count,
             checkpoints=found,
             interrupted_checkpoint=INTERRUPTED_CHECKPOINT in found,
-            report=(f"/runs/{record.id}/report" if (run_dir / REPORT_FILE).is_file() else None),
+            report=(f"/runs/{record.id}/report" if folder.report.is_file() else None),
             resumable=record.status == "stopped" or (record.status == "failed" and bool(found)),
             position=self.runner.position(record.id) if record.status == "queued" else None,
         )
