@@ -100,12 +100,14 @@ def _resolve_run(args, platform, world_size: int, **check: object):
         resume = str(checkpoint) if checkpoint else "auto"
         if folder.is_run():
             record = folder.read_run()
-            recorded = record.get("recipe") or {}
-            config_path = config_path or (
-                Path(record["config_file"]) if record.get("config_file") else None
-            )
+            recorded = dict(record.get("recipe") or {})
+            if config_path is not None:
+                recorded.pop("file", None)  # a config named now is read afresh
+            else:
+                config_path = Path(record["config_file"]) if record.get("config_file") else None
             profile = profile or record.get("profile")
             _print_changes(folder, args)
+            folder, resume = _enter_start_dir(record, folder, checkpoint)
         elif config_path is None:
             raise UserError(
                 f"--resume {resume}: {folder.path} has no run record (run.json)",
@@ -127,6 +129,22 @@ def _resolve_run(args, platform, world_size: int, **check: object):
         **check,
     )
     return resolved, resume
+
+
+def _enter_start_dir(record: dict, folder, checkpoint: Path | None):
+    """Work where the run started, so the relative paths in its config (data, models) mean
+    what they meant then; (the run folder, what to resume) as absolute paths."""
+    from trainforge.runfolder import RunFolder
+
+    started = Path(str(record.get("cwd") or "."))
+    resume = str(checkpoint.resolve()) if checkpoint else "auto"
+    if not started.is_dir() or started.resolve() == Path.cwd().resolve():
+        return folder, resume
+    folder = RunFolder(folder.path.resolve())
+    os.chdir(started)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"working in {started}, where the run started (its relative paths mean that)")
+    return folder, resume
 
 
 def _print_changes(folder, args) -> None:

@@ -140,12 +140,12 @@ class RunFolder:
         except (OSError, json.JSONDecodeError) as err:
             raise UserError(
                 f"{self.run_json}: cannot read the run record ({err})",
-                "resume with the config file instead: trainforge train CONFIG --resume auto",
+                f"name the config too: trainforge train CONFIG --resume {self.path}",
             ) from None
         if not isinstance(data, dict) or data.get("format") != RUN_JSON_FORMAT:
             raise UserError(
                 f"{self.run_json}: not a run record this trainforge understands",
-                "resume with the config file instead: trainforge train CONFIG --resume auto",
+                f"name the config too: trainforge train CONFIG --resume {self.path}",
             )
         return data
 

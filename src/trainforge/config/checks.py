@@ -185,10 +185,14 @@ def _device_rules(c: RunConfig, target: Target) -> list[str]:
         ]
     precision = c.training.precision
     if precision == "fp16" and device != "cuda":
+        elsewhere = (
+            "; `trainforge validate CONFIG --profile NAME` checks a config meant for other hardware"
+            if target.label.startswith("this machine")
+            else ""
+        )
         return [
             f"training.precision = 'fp16': needs a CUDA device, but this run uses {device} "
-            f"({target.label}); set training.precision=auto (fp32 on CPU) or bf16, or check "
-            "for the run's hardware with --profile NAME"
+            f"({target.label}); set training.precision=auto (fp32 on CPU) or bf16{elsewhere}"
         ]
     if precision == "bf16" and device == "mps":
         return ["training.precision = 'bf16': not supported on MPS; set training.precision=auto"]

@@ -127,7 +127,7 @@ def load(
     under the ones given now.
     """
     label = str(path) if path else "<defaults>"
-    if recorded is not None:
+    if recorded is not None and "file" in recorded:
         file_data = copy.deepcopy(recorded.get("file") or {})
     else:
         file_data = from_guide_profile(read_config_file(path), label) if path else {}

@@ -250,6 +250,7 @@ def _train_held(
             resume_step = int(ckpt_meta(start_from).get("global_step", 0))
             folder.trim_metrics(resume_step)
         folder.mark_holder()
+        _record_run(folder, resolved)  # first: a folder with any file of the run can resume
         folder.resolved_config.write_text(text, encoding="utf-8")
         if config.hardware.swap_directory:
             Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
@@ -381,30 +382,32 @@ def ckpt_meta(folder: Path) -> dict[str, Any]:
     return ckpt.read_meta(folder)
 
 
-def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer) -> None:
-    """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it) and
-    the numbers of this run."""
+def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer=None) -> None:
+    """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it), written
+    before any other file of the run, then again with the numbers of this run once the
+    trainer knows them."""
     import torch
 
     from trainforge import __version__
 
     earlier = folder.read_run() if folder.is_run() else {}
-    folder.write_run(
-        {
-            "created": earlier.get("created") or None,
-            "trainforge": __version__,
-            "config_file": str(resolved.path) if resolved.path else None,
-            "profile": resolved.profile_requested,
-            "profile_used": resolved.profile.name,
-            "recipe": resolved.layers,
-            "world_size": trainer.dist.world_size,
-            "threads": torch.get_num_threads(),
-            "total_steps": trainer.total_steps,
-            "steps_per_epoch": trainer.steps_per_epoch,
-            "effective_batch": resolved.config.training.global_batch_size,
-            "command": sys.argv[1:],
-        }
-    )
+    record = {
+        "created": earlier.get("created") or None,
+        "trainforge": __version__,
+        "config_file": str(resolved.path) if resolved.path else None,
+        "cwd": os.getcwd(),
+        "profile": resolved.profile_requested,
+        "profile_used": resolved.profile.name,
+        "recipe": resolved.layers,
+        "threads": torch.get_num_threads(),
+        "effective_batch": resolved.config.training.global_batch_size,
+        "command": sys.argv[1:],
+    }
+    if trainer is not None:
+        record["world_size"] = trainer.dist.world_size
+        record["total_steps"] = trainer.total_steps
+        record["steps_per_epoch"] = trainer.steps_per_epoch
+    folder.write_run(record)
 
 
 def _fit_or_abort(trainer, main: bool, folder: RunFolder):
