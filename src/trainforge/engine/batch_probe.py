@@ -45,11 +45,10 @@ class StepRunner:
         t, o = config.training, config.optimizer
         self.task, self.device = task, device
         self.model = task.model.to(device)
-        if t.gradient_checkpointing:  # as the Trainer does: it changes the peak a lot
-            if hasattr(self.model, "set_gradient_checkpointing"):
-                self.model.set_gradient_checkpointing(True)
-            elif hasattr(self.model, "gradient_checkpointing_enable"):
-                self.model.gradient_checkpointing_enable()
+        if t.gradient_checkpointing:  # a ViT of ours or a Hugging Face model
+            from trainforge.models.hf import enable_checkpointing
+
+            enable_checkpointing(self.model)
         self.model.train()
         self.precision = Precision.create(t.precision, device)
         params = [p for p in self.model.parameters() if p.requires_grad]

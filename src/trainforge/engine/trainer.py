@@ -208,11 +208,10 @@ class Trainer:
             torch.backends.cudnn.benchmark = t.cudnn_benchmark
         if t.channels_last:  # 4-D weights (convolutions) only; inputs follow in the task
             self.model = self.model.to(memory_format=torch.channels_last)
-        if t.gradient_checkpointing:
-            if hasattr(self.model, "set_gradient_checkpointing"):
-                self.model.set_gradient_checkpointing(True)
-            elif hasattr(self.model, "gradient_checkpointing_enable"):  # Hugging Face models
-                self.model.gradient_checkpointing_enable()
+        if t.gradient_checkpointing:  # a ViT of ours or a Hugging Face model
+            from trainforge.models.hf import enable_checkpointing
+
+            enable_checkpointing(self.model)
         self.dist = parallel.context()
         self.sharded = self.dist.enabled and config.hardware.data_parallel == "fsdp"
         wrapped: nn.Module = self.model

@@ -83,14 +83,24 @@ def load_causal_lm(path: Path, *, gradient_checkpointing: bool = False) -> Any:
         ) from None
     model.config.use_cache = False
     if gradient_checkpointing:
-        # Non-reentrant checkpointing also works when only LoRA adapters need gradients.
-        # transformers 5 renamed gradient_checkpointing_enable to activation_checkpointing_enable.
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_checkpointing(model)
     return model
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Activation (gradient) checkpointing on a trainforge ViT or a Hugging Face model.
+
+    Non-reentrant checkpointing also works when only LoRA adapters need gradients.
+    transformers 5 renamed `gradient_checkpointing_enable` to
+    `activation_checkpointing_enable` (the old name warns); both are supported."""
+    if hasattr(model, "set_gradient_checkpointing"):
+        model.set_gradient_checkpointing(True)
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def apply_lora(model: Any, cfg: Any) -> Any:

@@ -3,7 +3,6 @@ at process start, each item narrowly (by message and module, or by one named log
 with the reason it is noise. Everything else, warnings included, still reaches the console.
 
 - torchdata's StatefulDataLoader calls `torch.set_vital`, which torch itself deprecates.
-- transformers 5 renamed `gradient_checkpointing_enable`; the old name warns when called.
 - DDP's "Grad strides do not match bucket view strides": the batched augmentation hands the
   ViT channels-last image batches, so the patch convolution's weight gradient comes out
   channels-last while its parameter (and DDP's bucket view) is contiguous; the reducer copies
@@ -32,7 +31,6 @@ from typing import Any
 # (message regex, category, module regex of the code the warning is attributed to)
 WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (r"'set_vital' is deprecated", UserWarning, r"torchdata\."),
-    (r"`gradient_checkpointing_enable` is deprecated", FutureWarning, r"transformers\."),
     (r"Grad strides do not match bucket view strides", UserWarning, r"torch\.autograd\."),
 )
 # Loggers whose INFO lines are set-up chatter, raised to WARNING.
