@@ -6,7 +6,9 @@ Hugging Face `TrainingArguments` names users know work as they are (`--max_steps
 training guide's flags (`--batch_size`, `--max_epochs`, ...), the DGX Spark setup plan's
 (`--data_file`, `--eval_file`, `--report_to`, `--resume_from_checkpoint`), `--output_dir`,
 `--config FILE`, `--profile`, `--set a.b=v` and `--resume runs/NAME`. Values are read as
-YAML scalars (3, 1e-4, true), like `--set`.
+YAML scalars (3, 1e-4, true), like `--set`. As with Hugging Face's argument parser, a name
+may be written with `-` for `_` (`--max-steps`), and a boolean flag takes true/false,
+yes/no, on/off or 1/0, or no value for true.
 
 typer/click options were considered: they need every flag declared by hand (the list this
 module exists to avoid) and cannot give `--resume_from_checkpoint` an optional value.
@@ -49,6 +51,11 @@ SPECIAL = {
     "output-name": "causal-lm: write models/OUTPUT_NAME and name the run after it",
     "world_size": "config show / validate: plan for this many processes (default 1)",
 }
+# What a boolean flag's value may be (`--tensorboard off`); without one, the flag means true.
+BOOL_WORDS = {
+    "true": True, "yes": True, "on": True, "1": True,
+    "false": False, "no": False, "off": False, "0": False,
+}  # fmt: skip
 REPORT_TO = {
     "tensorboard": "logging.tensorboard",
     "wandb": "logging.wandb",
@@ -136,9 +143,20 @@ def parse(argv: list[str]) -> RunArgs:
     return args
 
 
+def _known_spelling(name: str, fields: dict) -> str:
+    """The flag a name means: as written, or with `-` and `_` swapped (`--max-steps` is
+    `--max_steps`, as Hugging Face's argument parser takes both; `--output_name` is
+    `--output-name`)."""
+    for candidate in (name, name.replace("-", "_"), name.replace("_", "-")):
+        if candidate in fields or candidate in SPECIAL:
+            return candidate
+    return name
+
+
 def _one_flag(
-    args: RunArgs, argv: list[str], i: int, name: str, inline: str | None, fields: dict
+    args: RunArgs, argv: list[str], i: int, typed: str, inline: str | None, fields: dict
 ) -> int:
+    name = _known_spelling(typed, fields)
     if name in ("resume", "resume_from", "resume_from_checkpoint"):
         nxt = argv[i + 1] if i + 1 < len(argv) else None
         if inline is None and (nxt is None or nxt.startswith("--")):
@@ -155,19 +173,20 @@ def _one_flag(
         path = "output.overwrite" if name == "overwrite" else fields[name]
         nxt = inline if inline is not None else (argv[i + 1] if i + 1 < len(argv) else None)
         value: Any = True
-        if nxt is not None and str(nxt).lower() in ("true", "false", "yes", "no", "1", "0"):
-            value = _value(str(nxt).lower())
-            value = bool(value) if isinstance(value, int) else value
+        if nxt is not None and str(nxt).lower() in BOOL_WORDS:
+            value = BOOL_WORDS[str(nxt).lower()]
             i += 0 if inline is not None else 1
-        _put(args, path, value, name)
+        elif inline is not None:
+            raise UserError(f"--{typed}={inline}: not true or false", f"write --{typed}=false")
+        _put(args, path, value, typed)
     elif name in fields:
-        value, i = _take(argv, i, name, inline)
+        value, i = _take(argv, i, typed, inline)
         text_field = leaf_types().get(fields[name]) in (str, str | None)
-        _put(args, fields[name], value if text_field else _value(value), name)
+        _put(args, fields[name], value if text_field else _value(value), typed)
     else:
         close = difflib.get_close_matches(name, [*fields, *SPECIAL], n=1, cutoff=0.6)
         raise UserError(
-            f"--{name}: unknown flag",
+            f"--{typed}: unknown flag",
             f"did you mean --{close[0]}?" if close else "see `trainforge train --help`",
         )
     return i

@@ -1,0 +1,140 @@
+"""The DGX Spark setup plan's commands, run as written with `python src/train.py` replaced by
+`trainforge train config/g2p_cmudict.yaml`, on a small TSV and a tiny model.
+
+The plan trains with `--data_file FILE --report_to tensorboard --max_steps N --save_steps 500`
+and, after a Ctrl+C, continues with the same command line plus `--resume_from_checkpoint`.
+Here: 60 words, checkpoints every 5 steps, a tiny llama created on first use (the config's
+model.init_arch), one thread. Everything runs in a project folder under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.fakes.in_process import run_in_process
+
+from trainforge.engine import checkpoint as ckpt
+from trainforge.runfolder import RunFolder
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "config" / "g2p_cmudict.yaml"
+DEADLINE_S = 900  # a hung process, not speed: a loaded 2-core machine is slow to start torch
+WORDS = REPO / "example_datasets" / "g2p"
+
+# A real SIGINT, sent by the process to itself after optimizer step $STOP_AT_STEP (as in
+# tests/engine/test_run_folder.py), so Ctrl+C lands at the same step on any machine.
+INTERRUPT_AT = """
+import os, runpy, signal, sys
+from trainforge.engine.callbacks import GracefulStop
+stop_at, original = int(os.environ["STOP_AT_STEP"]), GracefulStop.on_batch_end
+def on_batch_end(self, trainer):
+    if trainer.state.global_step == stop_at and self.received is None:
+        os.kill(os.getpid(), signal.SIGINT)
+    return original(self, trainer)
+GracefulStop.on_batch_end = on_batch_end
+sys.argv = ["trainforge", *sys.argv[1:]]
+runpy.run_module("trainforge", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A user's project: the shipped G2P config and small word<TAB>phonemes files."""
+    (tmp_path / "config").mkdir()
+    shutil.copy(CONFIG, tmp_path / "config")
+    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
+        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
+        assert all(len(line.split("\t")) == 2 for line in lines)
+        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def plan_command(max_steps: int) -> list[str]:
+    """The plan's `train` command line, plus what keeps the run small and in the project."""
+    data = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))["data"]
+    assert data["test_file"], "the config scores a test split: the test names a small one"
+    return [
+        "train", "config/g2p_cmudict.yaml",
+        # the DGX Spark plan's flags
+        "--data_file", "t.tsv", "--report_to", "tensorboard",
+        "--max_steps", str(max_steps), "--save_steps", "5",
+        # small and quick: eval and test splits, a tiny model created on first use, 1 thread
+        "--eval_file", "v.tsv", "--set", "data.test_file=test.tsv",
+        "--model_name_or_path", "models/tiny-g2p", "--set", "model.init_size=tiny",
+        "--profile", "cpu", "--num_threads", "1", "--batch_size", "8",
+        "--max_new_tokens", "8",
+    ]  # fmt: skip
+
+
+def test_the_plan_command_saves_checkpoints_every_save_steps(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    code, out, err = run_in_process(monkeypatch, capsys, *plan_command(10))
+    assert code == 0, out[-3000:] + err
+    assert "creating base model models/tiny-g2p: random llama tiny" in out
+    assert "train: 60 records" in out and "val: 8 records" in out and "test: 8 records" in out
+    assert "done: finished after 10 steps" in out
+    run = RunFolder(project / "runs" / "g2p_cmudict")
+    for step in (5, 10):
+        assert ckpt.verify(run.checkpoints / f"checkpoint-{step}") is None, step
+    periodic = sorted(p.name for p in run.checkpoints.glob("checkpoint-*"))
+    assert periodic == ["checkpoint-10", "checkpoint-5"]
+    # --report_to tensorboard: events written, the other trackers off
+    assert any(run.tensorboard.glob("events.out.tfevents.*"))
+    resolved = yaml.safe_load(run.resolved_config.read_text(encoding="utf-8"))
+    logging = resolved["logging"]
+    assert (logging["tensorboard"], logging["wandb"], logging["mlflow"]) == (True, False, False)
+    assert resolved["data"]["train_file"] == "t.tsv"
+    assert resolved["data"]["validation_file"] == "v.tsv"
+    assert resolved["data"]["test_file"] == "test.tsv"
+
+
+def run_cli(project: Path, argv: list[str], stop_at: int | None = None):
+    """`trainforge ARGV` as a subprocess in the project; with `stop_at`, through the wrapper
+    that sends SIGINT after that optimizer step."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    entry = ["-m", "trainforge"]
+    if stop_at is not None:
+        script = project / "interrupt_at.py"
+        script.write_text(INTERRUPT_AT, encoding="utf-8")
+        env["STOP_AT_STEP"], entry = str(stop_at), [str(script)]
+    return subprocess.run(
+        [sys.executable, *entry, *argv],
+        cwd=project, capture_output=True, text=True, env=env, timeout=DEADLINE_S,
+    )  # fmt: skip
+
+
+def test_ctrl_c_then_resume_from_checkpoint_continues_the_run(project):
+    command = plan_command(14)
+    first = run_cli(project, command, stop_at=7)
+    assert first.returncode == 130, first.stdout[-3000:] + first.stderr
+    run = RunFolder(project / "runs" / "g2p_cmudict")
+    interrupted = run.checkpoints / "checkpoint_interrupted"
+    assert ckpt.verify(interrupted) is None
+    meta = json.loads((interrupted / "meta.json").read_text(encoding="utf-8"))
+    assert meta["global_step"] == 7
+    assert ckpt.verify(run.checkpoints / "checkpoint-5") is None
+    assert not (run.checkpoints / "checkpoint-10").exists()
+
+    resumed = run_cli(project, [*command, "--resume_from_checkpoint"])
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr
+    found = re.findall(r"^resumed from (\S+) \(epoch \d+, step (\d+)\)$", resumed.stdout, re.M)
+    assert [(Path(p).name, int(s)) for p, s in found] == [("checkpoint_interrupted", 7)]
+    assert "done: finished after 14 steps" in resumed.stdout
+    assert "creating base model" not in resumed.stdout  # the model made by the first run
+    for step in (5, 10):
+        assert ckpt.verify(run.checkpoints / f"checkpoint-{step}") is None, step
+    steps = [
+        r["step"]
+        for r in map(json.loads, run.metrics.read_text(encoding="utf-8").splitlines())
+        if r.get("split") == "train"
+    ]
+    assert steps == sorted(set(steps)) and steps[-1] == 14
