@@ -64,6 +64,7 @@ def train(ctx: typer.Context) -> None:
     if args.help:
         print(run_flags.help_text("train"))
         return
+    _one_config(args, "train")
     from trainforge.hardware import detect
     from trainforge.parallel import env_ranks
 
@@ -76,6 +77,14 @@ def train(ctx: typer.Context) -> None:
     _print_summary(summary)
     if summary.interrupted:
         raise typer.Exit(summary.exit_code)
+
+
+def _one_config(args, command: str) -> None:
+    if args.files:
+        raise UserError(
+            f"{command}: unexpected argument {str(args.files[0])!r} (one run config at most)",
+            "flags take the form --name VALUE; see `trainforge train --help`",
+        )
 
 
 def _resolve_run(args, platform, world_size: int, **check: object):
@@ -221,6 +230,7 @@ def config_show(ctx: typer.Context) -> None:
     if args.help:
         print(run_flags.help_text("config show"))
         return
+    _one_config(args, "config show")
     try:
         resolved, _ = _resolve_run(args, detect(), args.world_size or 1, for_profile=True)
     except ConfigError as err:

@@ -193,3 +193,21 @@ def test_validate_judges_a_named_profile_on_its_hardware_and_train_this_machine(
     assert code == 2 and "fp16" in err and not any(tmp_path.iterdir())
     with pytest.raises(ConfigError, match="fp16"):
         validate(REPO / "config" / "vit_digits.yaml", platform=CPU, profile="jetson-orin")
+
+
+def test_a_key_error_does_not_hide_the_plan_behind_a_false_warmup_error(tmp_path):
+    """One pass: the key error is reported, and the cross-field rules judge the config as it
+    would run (the warmup shortened for the --max_steps given), so no false warmup error."""
+    path = tmp_path / "g2p.yaml"
+    path.write_text((REPO / "config" / "g2p_cmudict.yaml").read_text() + "trainng: {}\n")
+    with pytest.raises(ConfigError) as err:
+        plan_for(path, "cpu", 1, "--max_steps", "10")
+    assert len(err.value.lines) == 1 and "trainng" in err.value.lines[0]
+
+
+@pytest.mark.parametrize("command", [["train"], ["config", "show"]])
+def test_a_stray_word_is_refused_not_ignored(monkeypatch, capsys, command):
+    code, _, err = run_in_process(
+        monkeypatch, capsys, *command, "config/vit_digits.yaml", "extra.yaml", "--max_steps", "3"
+    )
+    assert code == 2 and "unexpected argument 'extra.yaml'" in err and err.count("\n") == 1

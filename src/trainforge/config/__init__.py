@@ -60,7 +60,13 @@ def validate(
     try:
         resolved = load(path, **load_args)
     except ConfigError as err:
-        extra = check(err.salvaged, None) if err.salvaged is not None else []
+        extra = []
+        if err.salvaged is not None:  # the rest, planned as the run would be: one pass
+            try:
+                salvaged = finalize(err.salvaged, platform_target(platform), world_size).config
+            except (AssertionError, TypeError, ValueError):  # a plan needs what failed
+                salvaged = err.salvaged.config
+            extra = check(salvaged, None)
         raise ConfigError(err.lines + [f"{label}: {p}" for p in extra]) from None
     named = not resolved.profile_reason.startswith("auto")
     target = profile_target(resolved.profile) if for_profile and named else None

@@ -182,7 +182,19 @@ def _resolve(
         config = RunConfig.model_validate(merged)
     except ValidationError as err:
         lines = format_validation_error(err, label, merged)
-        raise ConfigError(lines, salvaged=_salvage(merged, err)) from None
+        salvaged = _salvage(merged, err)
+        if salvaged is not None:  # cross-field rules are judged on it in the same pass
+            salvaged = ResolvedConfig(
+                config=salvaged,
+                sources=_complete_sources(salvaged, sources),
+                profile=prof,
+                profile_reason=reason,
+                path=path,
+                raw=merged,
+                layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
+                profile_requested=profile,
+            )
+        raise ConfigError(lines, salvaged=salvaged) from None
     return ResolvedConfig(
         config=config,
         sources=_complete_sources(config, sources),

@@ -118,8 +118,11 @@ def reference_batch(resolved: ResolvedConfig) -> int:
     config = resolved.config
     if config.optimizer.reference_batch_size:
         return config.optimizer.reference_batch_size
-    file_training = (resolved.layers.get("file") or {}).get("training") or {}
-    return _recipe_batch(dict(file_training)) or AUTO_GLOBAL_BATCH
+    file_data = resolved.layers.get("file")
+    file_training = file_data.get("training") if isinstance(file_data, dict) else None
+    if not isinstance(file_training, dict):
+        file_training = {}
+    return _recipe_batch(file_training) or AUTO_GLOBAL_BATCH
 
 
 def effective_batch(resolved: ResolvedConfig) -> int:
