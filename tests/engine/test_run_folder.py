@@ -186,3 +186,24 @@ def test_a_resume_after_a_crash_replays_no_step_twice_in_metrics_or_tensorboard(
 def test_resume_of_a_folder_that_is_no_run_is_one_line(tmp_path, monkeypatch, capsys):
     code, _, err = run_in_process(monkeypatch, capsys, "train", "--resume", str(tmp_path / "none"))
     assert code == 2 and err.count("\n") == 1 and "not found" in err
+
+
+def test_a_time_limit_prints_the_command_that_continues_the_run(tmp_path, monkeypatch, capsys):
+    base = flags(tmp_path, "limit")
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", *base, "--max_training_hours", "1e-9"
+    )
+    assert code == 0, err
+    run = RunFolder(tmp_path / "limit")
+    printed = [line for line in out.splitlines() if line.startswith("resume with: ")]
+    assert printed == [
+        f"resume with: trainforge train --resume {run.path} --max_training_hours 2e-09"
+    ]
+    assert "done: time limit of 1e-09 h reached after 0 steps" in out
+    argv = shlex.split(printed[0].removeprefix("resume with: "))[1:-2] + [
+        "--max_training_hours",
+        "1",
+    ]
+    code, out, err = run_in_process(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    assert "resumed from " in out and "done: finished after 24 steps" in out

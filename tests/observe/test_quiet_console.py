@@ -23,6 +23,7 @@ ALLOWED = [
     r"device: \S+   precision: \w+   batch: .+ steps: \d+ \(\d+/epoch\)",
     r"distributed: \d+ processes, backend \w+, .+",
     r"run folder: .+",
+    r"recipe: effective batch \d+ \(.+\)   learning rate .+ \(.+\)   precision \w+ \(.+\)",
     r"cpu threads: \d+ \(.+\)",
     r"learning rate: .+ \(linear scaling; .+\)",
     r"schedule: warmup of .+ does not fit the \d+-step run; shortened to \d+ \(a tenth .+\)",

@@ -299,6 +299,7 @@ def _train_held(
             print(line)
     if main:
         _record_run(folder, resolved, trainer)
+        _warn_space(folder, config, trainer)
     if start_from is not None:
         changes = config_changes((start_from / "config.yaml").read_text(encoding="utf-8"), config)
         meta = trainer.load_checkpoint(start_from)
@@ -363,6 +364,11 @@ def _train_held(
     if result.interrupted:
         print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
         print(f"resume with: {resume_command(folder)}")
+    elif result.stop_reason.startswith("time limit"):
+        print(f"{result.stop_reason}: checkpoint saved to {trainer.last_checkpoint}")
+        hours = 2 * (config.training.max_training_hours or 0)
+        # the limit counts training time across resumes: continuing needs a higher one
+        print(f"resume with: {resume_command(folder)} --max_training_hours {hours:g}")
         if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
             _requeue_slurm_job()
     if trainer.diverged:
@@ -408,6 +414,18 @@ def _record_run(folder: RunFolder, resolved: ResolvedConfig, trainer=None) -> No
         record["total_steps"] = trainer.total_steps
         record["steps_per_epoch"] = trainer.steps_per_epoch
     folder.write_run(record)
+
+
+def _warn_space(folder: RunFolder, config: RunConfig, trainer) -> None:
+    """One line at start when the disk cannot hold the checkpoints the run will keep."""
+    from trainforge.engine import checkpoint as ckpt
+    from trainforge.hardware.doctor_checks import checkpoints_kept
+
+    line = ckpt.space_warning(
+        folder.path, ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    )
+    if line:
+        print(line)
 
 
 def _fit_or_abort(trainer, main: bool, folder: RunFolder):
@@ -514,6 +532,26 @@ def _save_final_model(trainer, run_dir: Path, weights: dict | None = None) -> No
     ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": trainer.config_hash})
 
 
+def _recipe_line(resolved: ResolvedConfig) -> str:
+    """The recipe's numbers and where each came from (the run config, a flag, a default)."""
+
+    def origin(path: str) -> str:
+        source = resolved.sources.get(path, "default")
+        while source.startswith(("plan (", "batch fit (")):
+            source = source.split(" (", 1)[1][:-1]
+        return source
+
+    c = resolved.config
+    batch_from = origin("training.global_batch_size")
+    if batch_from == "default":
+        batch_from = origin("training.per_device_train_batch_size")
+    return (
+        f"recipe: effective batch {c.training.global_batch_size} ({batch_from})   "
+        f"learning rate {c.optimizer.learning_rate:g} ({origin('optimizer.learning_rate')})   "
+        f"precision {c.training.precision} ({origin('training.precision')})"
+    )
+
+
 def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> None:
     c = resolved.config
     t = c.training
@@ -534,6 +572,7 @@ def _print_start(resolved: ResolvedConfig, platform, trainer, run_dir: Path) -> 
         + (f" x {world} processes" if world > 1 else "")
         + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
     )
+    print(_recipe_line(resolved))
     if world > 1:
         mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
         print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
