@@ -200,7 +200,8 @@ def test_a_time_limit_prints_the_command_that_continues_the_run(tmp_path, monkey
         f"resume with: trainforge train --resume {run.path} --max_training_hours 2e-09"
     ]
     assert "done: time limit of 1e-09 h reached after 0 steps" in out
-    argv = shlex.split(printed[0].removeprefix("resume with: "))[1:-2] + [
+    argv = [
+        *shlex.split(printed[0].removeprefix("resume with: "))[1:-2],
         "--max_training_hours",
         "1",
     ]

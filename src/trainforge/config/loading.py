@@ -177,6 +177,8 @@ def _resolve(
         for leaf in [k for k in sources if k == key or k.startswith(key + ".")]:
             sources[leaf] = source
     merged["profile"] = prof.name
+    if profile is not None:  # named now (--profile, or the run folder's record)
+        sources["profile"] = "flag --profile"
 
     try:
         config = RunConfig.model_validate(merged)

@@ -11,17 +11,23 @@ from trainforge.config.schema import RunConfig
 
 INTRO = """# Configuration reference
 
-A run config (YAML or JSON) says *what* to train; a hardware profile says *how* on a given
-machine. Values are layered: built-in profile < run config file < command-line flags
-(`--set a.b=value`, `--batch_size`, ...). `trainforge config show FILE` prints every resolved
-value with its source. Unknown keys are errors with a did-you-mean suggestion.
+A run config (YAML or JSON) is the recipe: *what* to train, with its effective batch and
+learning rate; a hardware profile says only *how* to run it on a given machine (the
+micro-batch cap `hardware.micro_batch_size`, precision, loader workers). Values are layered:
+built-in profile < environment (the trackers' own variables) < run config file <
+command-line flags (`--max_steps`, `--batch_size`, `--set a.b=value`, ...). The plan (micro-batch,
+accumulation, learning rate, precision, device) is resolved from them before the run: see
+[recipe.md](recipe.md). `trainforge config show FILE` prints every resolved value with its
+source. Unknown keys are errors with a did-you-mean suggestion.
 
 Names follow Hugging Face `TrainingArguments` where one exists
 (`per_device_train_batch_size`, `gradient_accumulation_steps`, `max_grad_norm`, ...).
 
 Profiles (`trainforge profiles`) may set only the sections `training`, `data`, `evaluation`,
 `checkpoint`, `logging` and `hardware`, and not the fields that say what is trained
-(`data.dataset`, `data.root`, `training.num_train_epochs`, `training.max_steps`).
+(`data.dataset`, `data.root`, `training.num_train_epochs`, `training.max_steps`, and the
+batch: `training.per_device_train_batch_size`, `gradient_accumulation_steps`,
+`global_batch_size`).
 
 This page is generated from the schema (`python -m trainforge.config.reference`).
 """

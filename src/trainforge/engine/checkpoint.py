@@ -190,7 +190,8 @@ def _previous_intact(root: Path, failed: Path) -> str:
     intact = list_checkpoints(root)  # each one checked against its manifest
     if not intact:
         return "no earlier checkpoint exists to resume from"
-    return f"the previous checkpoint {intact[-1].path} is intact (resume with --resume auto)"
+    run = intact[-1].path.parent.parent
+    return f"the previous checkpoint {intact[-1].path} is intact (resume with --resume {run})"
 
 
 def save_weights(
