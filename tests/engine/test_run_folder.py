@@ -18,26 +18,12 @@ import pytest
 from safetensors.torch import load_file
 from tests.fakes.cli_args import DIGITS_TINY, REPO
 from tests.fakes.in_process import run_in_process
+from tests.fakes.interrupt import interrupt_script
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.runfolder import RunFolder
 
 DEADLINE_S = 900  # a hung process, not speed: a loaded 2-core machine is slow to start torch
-
-# A real SIGINT, sent by the process to itself after optimizer step $STOP_AT_STEP, so the
-# interruption lands at the same step on any machine; the handler and checkpoint are real.
-INTERRUPT_AT = """
-import os, runpy, signal, sys
-from trainforge.engine.callbacks import GracefulStop
-stop_at, original = int(os.environ["STOP_AT_STEP"]), GracefulStop.on_batch_end
-def on_batch_end(self, trainer):
-    if trainer.state.global_step == stop_at and self.received is None:
-        os.kill(os.getpid(), signal.SIGINT)
-    return original(self, trainer)
-GracefulStop.on_batch_end = on_batch_end
-sys.argv = ["trainforge", *sys.argv[1:]]
-runpy.run_module("trainforge", run_name="__main__")
-"""
 
 
 def flags(out: Path, name: str) -> list[str]:
@@ -58,8 +44,7 @@ def steps(run: Path, split: str = "train") -> list[int]:
 
 
 def test_sigint_then_the_printed_command_equals_an_uninterrupted_run(tmp_path):
-    script = tmp_path / "interrupt_at.py"
-    script.write_text(INTERRUPT_AT)
+    script = interrupt_script(tmp_path)
     env = dict(os.environ, PYTHONUNBUFFERED="1", STOP_AT_STEP="13")
     first = subprocess.run(
         [sys.executable, str(script), "train", *flags(tmp_path / "runs", "cut")],

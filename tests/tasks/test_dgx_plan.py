@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.fakes.in_process import run_in_process
+from tests.fakes.interrupt import interrupt_script
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.runfolder import RunFolder
@@ -28,21 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config" / "g2p_cmudict.yaml"
 DEADLINE_S = 900  # a hung process, not speed: a loaded 2-core machine is slow to start torch
 WORDS = REPO / "example_datasets" / "g2p"
-
-# A real SIGINT, sent by the process to itself after optimizer step $STOP_AT_STEP (as in
-# tests/engine/test_run_folder.py), so Ctrl+C lands at the same step on any machine.
-INTERRUPT_AT = """
-import os, runpy, signal, sys
-from trainforge.engine.callbacks import GracefulStop
-stop_at, original = int(os.environ["STOP_AT_STEP"]), GracefulStop.on_batch_end
-def on_batch_end(self, trainer):
-    if trainer.state.global_step == stop_at and self.received is None:
-        os.kill(os.getpid(), signal.SIGINT)
-    return original(self, trainer)
-GracefulStop.on_batch_end = on_batch_end
-sys.argv = ["trainforge", *sys.argv[1:]]
-runpy.run_module("trainforge", run_name="__main__")
-"""
 
 
 @pytest.fixture
@@ -103,8 +89,7 @@ def run_cli(project: Path, argv: list[str], stop_at: int | None = None):
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
     entry = ["-m", "trainforge"]
     if stop_at is not None:
-        script = project / "interrupt_at.py"
-        script.write_text(INTERRUPT_AT, encoding="utf-8")
+        script = interrupt_script(project)
         env["STOP_AT_STEP"], entry = str(stop_at), [str(script)]
     return subprocess.run(
         [sys.executable, *entry, *argv],

@@ -180,33 +180,25 @@ def _resolve(
     if profile is not None:  # named now (--profile, or the run folder's record)
         sources["profile"] = "flag --profile"
 
+    def resolved(config: RunConfig) -> ResolvedConfig:
+        return ResolvedConfig(
+            config=config,
+            sources=_complete_sources(config, sources),
+            profile=prof,
+            profile_reason=reason,
+            path=path,
+            raw=merged,
+            layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
+            profile_requested=profile,
+        )
+
     try:
         config = RunConfig.model_validate(merged)
     except ValidationError as err:
         lines = format_validation_error(err, label, merged)
-        salvaged = _salvage(merged, err)
-        if salvaged is not None:  # cross-field rules are judged on it in the same pass
-            salvaged = ResolvedConfig(
-                config=salvaged,
-                sources=_complete_sources(salvaged, sources),
-                profile=prof,
-                profile_reason=reason,
-                path=path,
-                raw=merged,
-                layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
-                profile_requested=profile,
-            )
-        raise ConfigError(lines, salvaged=salvaged) from None
-    return ResolvedConfig(
-        config=config,
-        sources=_complete_sources(config, sources),
-        profile=prof,
-        profile_reason=reason,
-        path=path,
-        raw=merged,
-        layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
-        profile_requested=profile,
-    )
+        salvaged = _salvage(merged, err)  # cross-field rules are judged on it in one pass
+        raise ConfigError(lines, salvaged=salvaged and resolved(salvaged)) from None
+    return resolved(config)
 
 
 def _pick_profile(
