@@ -495,12 +495,14 @@ def _confusion(trainer) -> dict | None:
 
 
 def _write_report(run_dir: Path) -> None:
+    """The run report; at a terminal a detached child writes it, so the prompt comes back
+    at once (the page appears when it is done; its output goes to RUN/report.log)."""
     try:
-        from trainforge.observe.report import build_report
+        from trainforge.observe.report import build_report_off_the_path
     except ImportError:
         return
     try:
-        path = build_report(run_dir)
+        path = build_report_off_the_path(run_dir)
     except Exception as err:  # a report problem must not fail a finished run
         print(f"report not written: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
         return
