@@ -146,8 +146,12 @@ def build_job(
     train_args = (["--profile", profile] if profile else []) + [
         word for item in sets for word in ("--set", item)
     ]
-    resolved = validate(
-        config, platform=target_platform(nodes, gpus_per_node), profile=profile, overrides=sets
+    resolved = validate(  # judged, and planned, for the nodes and processes it asks for
+        config,
+        platform=target_platform(nodes, gpus_per_node),
+        profile=profile,
+        overrides=sets,
+        world_size=nodes * nproc,
     )
     workers = resolved.config.data.dataloader_num_workers
     return SlurmJob(
