@@ -193,3 +193,22 @@ def test_a_time_limit_prints_the_command_that_continues_the_run(tmp_path, monkey
     code, out, err = run_in_process(monkeypatch, capsys, *argv)
     assert code == 0, err
     assert "resumed from " in out and "done: finished after 24 steps" in out
+
+
+def test_a_folder_in_use_by_another_training_is_refused_naming_the_holder(tmp_path):
+    import pytest
+
+    from trainforge.errors import UserError
+
+    folder = RunFolder(tmp_path / "busy")
+    held = folder.lock()
+    try:
+        assert not any(folder.path.iterdir())  # taking the lock wrote nothing
+        folder.mark_holder()
+        with pytest.raises(UserError, match=rf"in use by process {os.getpid()}"):
+            RunFolder(tmp_path / "busy").lock()
+        assert folder.holder() == f"process {os.getpid()} (trainforge train)"
+    finally:
+        os.close(held)
+    assert folder.holder() is None  # released: the next training may take it
+    os.close(folder.lock())
