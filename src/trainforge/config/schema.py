@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainforge.engine import optimizers
+
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Device = Literal["auto", "cuda", "mps", "cpu"]
 
@@ -150,12 +152,20 @@ class DataConfig(Section):
 
 
 class OptimizerConfig(Section):
-    name: Literal["adamw"] = Field("adamw", description="Optimizer (AdamW as in the ViT guide).")
+    name: str = Field(
+        "adamw",
+        description=f"Optimizer: one of {', '.join(optimizers.names())} (adamw as in the ViT "
+        "guide), or the dotted class path of a torch.optim.Optimizer subclass (e.g. "
+        "torch.optim.RMSprop, given learning_rate; weight_decay per group). Every choice "
+        "keeps biases, norms, class token and positions free of weight decay. More names: "
+        "trainforge.engine.optimizers.register.",
+    )
     learning_rate: float = Field(3e-4, gt=0.0, le=10.0, description="Peak learning rate.")
     weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
     adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
     adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum (optimizer.name: sgd).")
     fused: bool | None = Field(
         None,
         description="AdamW's fused kernel (None: on for CUDA and CPU, off for FSDP-sharded "
@@ -176,6 +186,14 @@ class OptimizerConfig(Section):
         description="Effective batch learning_rate was tuned for (None: the effective batch "
         "the run config file itself asks for).",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _known_optimizer(cls, value: str) -> str:
+        # The class path is imported when the optimizer is built (that needs torch).
+        if not optimizers.is_known(value):
+            raise ValueError(optimizers.unknown_name_message(value))
+        return value
 
 
 class ScheduleConfig(Section):

@@ -1,8 +1,9 @@
 """Memory probes for the automatic batch fit: one real training step per micro-batch.
 
-A `StepRunner` runs forward, backward and an AdamW step of the task's own model on batches
-of the task's own training data (the longest examples first for text, whose peak is set
-by its longest batch), without torch.compile. A meter measures each step's peak:
+A `StepRunner` runs forward, backward and an optimizer step (the run's own optimizer and
+parameter groups, `optimizers.build_optimizer`) of the task's own model on batches of the
+task's own training data (the longest examples first for text, whose peak is set by its
+longest batch), without torch.compile. A meter measures each step's peak:
 
 - CUDA (a discrete GPU): the caching allocator's peak reserved bytes; an out-of-memory
   step is caught, the cache emptied, and the size counts as not fitting.
@@ -33,6 +34,7 @@ import torch
 
 from trainforge.config.schema import RunConfig
 from trainforge.engine.batch_fit import GIB, FitSearch, OutOfMemory, search_micro_batch
+from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.precision import Precision
 
 UNIFIED_KINDS = ("jetson", "dgx-spark")
@@ -42,7 +44,7 @@ class StepRunner:
     """One full training step of a task at any micro-batch size."""
 
     def __init__(self, task: Any, config: RunConfig, device: torch.device) -> None:
-        t, o = config.training, config.optimizer
+        t = config.training
         self.task, self.device = task, device
         self.model = task.model.to(device)
         if t.gradient_checkpointing:  # a ViT of ours or a Hugging Face model
@@ -53,14 +55,9 @@ class StepRunner:
         self.precision = Precision.create(t.precision, device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
-        self.optimizer = torch.optim.AdamW(
-            params,
-            lr=o.learning_rate,
-            betas=(o.adam_beta1, o.adam_beta2),
-            eps=o.adam_epsilon,
-            weight_decay=o.weight_decay,
-            fused=device.type == "cuda" or None,
-        )
+        # The run's own optimizer and parameter groups (`optimizer.name`), so the probe
+        # holds the optimizer state the run will hold.
+        self.optimizer = build_optimizer(self.model, config.optimizer, device)
         loader = task.train_loader
         self.dataset, self.collate = loader.dataset, loader.collate_fn
         self.order = _longest_first(self.dataset)

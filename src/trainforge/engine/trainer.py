@@ -25,6 +25,7 @@ from trainforge import parallel
 from trainforge.config.schema import RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import Callback
+from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.precision import Precision
 from trainforge.engine.schedule import build_scheduler, fit_warmup
 from trainforge.engine.state import TrainerState, capture_rng, restore_rng
@@ -232,7 +233,7 @@ class Trainer:
         self.forward_model: nn.Module = torch.compile(wrapped) if t.compile else wrapped
         self.precision = Precision.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = self._build_optimizer()
+        self.optimizer = build_optimizer(self.model, config.optimizer, device, sharded=self.sharded)
         # CUDA with fused AdamW: the finite check stays on the GPU. The fused kernel skips a
         # non-finite step by itself (its `found_inf` input), and the skips are counted on
         # the device and read at logging points, so no step waits for the GPU. Until that
@@ -285,34 +286,6 @@ class Trainer:
         self._clock_start = time.monotonic()
 
     # ----------------------------------------------------------------- set-up
-    def _build_optimizer(self) -> torch.optim.Optimizer:
-        o = self.config.optimizer
-        # No weight decay on biases, norms, class token and positions (1-D or embeddings).
-        decay = [
-            p
-            for n, p in self.model.named_parameters()
-            if p.requires_grad and p.ndim >= 2 and "pos_embed" not in n and "cls_token" not in n
-        ]
-        ids = {id(p) for p in decay}
-        no_decay = [p for p in self.params if id(p) not in ids]
-        groups = [
-            {"params": decay, "weight_decay": o.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        # AdamW's fused kernel: one pass over each tensor instead of a dozen (1.27x the
-        # samples/s of the per-tensor loop for a tiny MLP on CPU, `make bench`); sharded
-        # (DTensor) parameters keep torch's default implementation.
-        fused = o.fused
-        if fused is None:
-            fused = self.device.type in ("cuda", "cpu") and not self.sharded
-        return torch.optim.AdamW(
-            groups,
-            lr=o.learning_rate,
-            betas=(o.adam_beta1, o.adam_beta2),
-            eps=o.adam_epsilon,
-            fused=fused or None,
-        )
-
     def emit(self, event: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, event)(self, *args)
