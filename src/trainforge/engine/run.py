@@ -364,13 +364,13 @@ def _train_held(
     if result.interrupted:
         print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
         print(f"resume with: {resume_command(folder)}")
+        if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
+            _requeue_slurm_job()
     elif result.stop_reason.startswith("time limit"):
         print(f"{result.stop_reason}: checkpoint saved to {trainer.last_checkpoint}")
         hours = 2 * (config.training.max_training_hours or 0)
         # the limit counts training time across resumes: continuing needs a higher one
         print(f"resume with: {resume_command(folder)} --max_training_hours {hours:g}")
-        if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
-            _requeue_slurm_job()
     if trainer.diverged:
         last = ckpt_latest(run_dir)
         raise UserError(
