@@ -38,6 +38,7 @@ COUNTING_WORKER = Path(__file__).with_name("count_reductions.py")
 def command(
     tmp_path: Path, name: str, procs: int, batch: int, steps: int, *extra: str, worker=None
 ):
+    """`batch` is the run config's effective batch, whatever the number of processes."""
     sets = [
         *TINY,
         f"output.dir={tmp_path}",
@@ -106,7 +107,7 @@ def test_shards_are_a_partition_of_the_single_process_batches():
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
     one = run(command(tmp_path, "one", 1, 128, 8))
     assert one.returncode == 0, one.stderr[-3000:]
-    two = run(command(tmp_path, "two", 2, 64, 8))
+    two = run(command(tmp_path, "two", 2, 128, 8))  # the recipe's batch: 128 on any count
     assert two.returncode == 0, two.stderr[-3000:]
     assert "64 x 1 accumulation x 2 processes = 128" in two.stdout
     assert two.stdout.count("run folder:") == 1  # rank 0 alone prints
@@ -123,8 +124,8 @@ def test_accumulation_reduces_gradients_once_per_optimizer_step(tmp_path):
     assert one.returncode == 0, one.stderr[-3000:]
     counts = tmp_path / "counts"
     counts.mkdir()
-    accumulate = ("--set", "training.gradient_accumulation_steps=2")
-    cmd = command(tmp_path, "acc", 2, 32, steps, *accumulate, worker=COUNTING_WORKER)
+    accumulate = ("--set", "hardware.micro_batch_size=32")  # 128 = 32 x 2 x 2 processes
+    cmd = command(tmp_path, "acc", 2, 128, steps, *accumulate, worker=COUNTING_WORKER)
     two = run(cmd, COUNT_DIR=str(counts))
     assert two.returncode == 0, two.stderr[-3000:]
     assert "32 x 2 accumulation x 2 processes = 128" in two.stdout
@@ -151,7 +152,7 @@ def test_logged_metrics_are_means_over_every_sample_of_every_rank(tmp_path):
     extra = [word for s in sets for word in ("--set", s)]
     one = run(command(tmp_path, "one", 1, 128, steps, *extra))
     assert one.returncode == 0, one.stderr[-3000:]
-    two = run(command(tmp_path, "two", 2, 64, steps, *extra))
+    two = run(command(tmp_path, "two", 2, 128, steps, *extra))
     assert two.returncode == 0, two.stderr[-3000:]
     train_one, train_two = records(tmp_path, "one", "train"), records(tmp_path, "two", "train")
     assert [r["step"] for r in train_two] == [r["step"] for r in train_one] == [1, 2, 3, 4]
