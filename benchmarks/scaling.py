@@ -23,7 +23,7 @@ from common import alternate, median, table
 REPO = Path(__file__).resolve().parents[1]
 SETS = [
     "model.embedding_dim=64", "model.num_layers=2", "model.num_heads=4", "model.mlp_size=128",
-    "training.per_device_train_batch_size=64", "training.num_threads=1",
+    "training.num_threads=1",
     "logging.progress_bar=false", "logging.tensorboard=false",
     "checkpoint.save_every_epochs=null", "checkpoint.save_best=false",
     "evaluation.eval_every_epochs=null", "hardware.telemetry=false",
@@ -38,7 +38,9 @@ def _samples_per_s(work: Path, device: str, procs: int, steps: int, logging_step
     sets = [*SETS, f"training.device={DEVICES[device][0]}",
             f"logging.logging_steps={logging_steps}", f"output.dir={work}",
             f"output.run_name={name}", f"training.max_steps={steps}",
-            "output.overwrite=true"]  # fmt: skip
+            "output.overwrite=true",
+            # 64 per process: the run config's effective batch is split over the processes
+            f"training.per_device_train_batch_size={64 * procs}"]  # fmt: skip
     train = ["-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml")]
     train += [a for s in sets for a in ("--set", s)]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",

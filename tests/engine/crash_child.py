@@ -19,6 +19,7 @@ from conftest import make_config, make_task
 from trainforge.engine.callbacks import Callback, CheckpointCadence
 from trainforge.engine.run import _resume_point
 from trainforge.engine.trainer import Trainer
+from trainforge.runfolder import RunFolder
 
 
 class Printer(Callback):
@@ -72,7 +73,7 @@ def main() -> None:
         device=torch.device("cpu"),
         callbacks=[CheckpointCadence(save_steps, None, False), Printer()],
     )
-    start = _resume_point(run_dir, "auto", False)
+    start = _resume_point(RunFolder(run_dir), "auto", False)
     if start is None:
         print("fresh", flush=True)
     else:
