@@ -58,11 +58,9 @@ _FORWARD = {"allow_extra_args": True, "ignore_unknown_options": True}
 @app.command("train", context_settings=_FORWARD, add_help_option=False)
 def train(ctx: typer.Context) -> None:
     """Train: `train CONFIG [FLAGS]` or `train --resume runs/NAME [FLAGS]` (--help: flags)."""
-    from trainforge.config import flags as run_flags
 
-    args = run_flags.parse(list(ctx.args))
-    if args.help:
-        print(run_flags.help_text("train"))
+    args = _run_args(ctx, "train")
+    if args is None:
         return
     _one_config(args, "train")
     from trainforge.hardware import detect
@@ -77,6 +75,17 @@ def train(ctx: typer.Context) -> None:
     _print_summary(summary)
     if summary.interrupted:
         raise typer.Exit(summary.exit_code)
+
+
+def _run_args(ctx: typer.Context, command: str):
+    """The flags of `train` / `validate` / `config show`; None after printing `--help`."""
+    from trainforge.config import flags as run_flags
+
+    args = run_flags.parse(list(ctx.args))
+    if args.help:
+        print(run_flags.help_text(command))
+        return None
+    return args
 
 
 def _one_config(args, command: str) -> None:
@@ -190,12 +199,10 @@ def _print_summary(summary) -> None:
 def validate_cmd(ctx: typer.Context) -> None:
     """Check run configs without loading data: `validate FILE... [--profile NAME] [FLAGS]`."""
     from trainforge.config import ConfigError
-    from trainforge.config import flags as run_flags
     from trainforge.hardware import detect
 
-    args = run_flags.parse(list(ctx.args))
-    if args.help:
-        print(run_flags.help_text("validate"))
+    args = _run_args(ctx, "validate")
+    if args is None:
         return
     files = ([args.config] if args.config else []) + args.files
     if not files:
@@ -223,12 +230,10 @@ def config_show(ctx: typer.Context) -> None:
     """Print the resolved config and plan, and where every value came from: `config show
     FILE [--profile NAME] [--world_size N] [every flag train takes]`."""
     from trainforge.config import ConfigError, get_dotted
-    from trainforge.config import flags as run_flags
     from trainforge.hardware import detect
 
-    args = run_flags.parse(list(ctx.args))
-    if args.help:
-        print(run_flags.help_text("config show"))
+    args = _run_args(ctx, "config show")
+    if args is None:
         return
     _one_config(args, "config show")
     try:

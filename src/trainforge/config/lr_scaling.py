@@ -9,6 +9,7 @@ effective batch: a profile or the process count never does (see `trainforge.conf
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def scaled_rate(rate: float, reference: int, used: int, mode: str) -> tuple[float, str]:
@@ -22,3 +23,16 @@ def scaled_rate(rate: float, reference: int, used: int, mode: str) -> tuple[floa
         f"batch {used} ({mode} scaling; optimizer.lr_scaling=none keeps it)"
     )
     return new, line
+
+
+def rescale(optimizer: Any, sources: dict[str, str], reference: int, used: int) -> tuple[Any, str]:
+    """(the optimizer section for an effective batch of `used`, the line to print). A rate
+    given on the command line is taken as meant for the batch in use and kept; a scaled
+    rate's source becomes `lr scaling (MODE)` in `sources`."""
+    if sources.get("optimizer.learning_rate", "").startswith("flag"):
+        return optimizer, ""
+    rate, line = scaled_rate(optimizer.learning_rate, reference, used, optimizer.lr_scaling)
+    if not line:
+        return optimizer, ""
+    sources["optimizer.learning_rate"] = f"lr scaling ({optimizer.lr_scaling})"
+    return optimizer.model_copy(update={"learning_rate": rate}), line

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trainforge.config.lr_scaling import scaled_rate
+from trainforge.config.lr_scaling import rescale
 from trainforge.config.schema import RunConfig, TrainingConfig
 
 if TYPE_CHECKING:
@@ -152,14 +152,9 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
         * training["gradient_accumulation_steps"]
         * world_size
     )
-    if not sources.get("optimizer.learning_rate", "").startswith("flag"):
-        rate, line = scaled_rate(
-            optimizer.learning_rate, reference_batch(resolved), used, optimizer.lr_scaling
-        )
-        if line:
-            optimizer = optimizer.model_copy(update={"learning_rate": rate})
-            sources["optimizer.learning_rate"] = f"lr scaling ({optimizer.lr_scaling})"
-            notes.append(line)
+    optimizer, line = rescale(optimizer, sources, reference_batch(resolved), used)
+    if line:
+        notes.append(line)
     schedule, warmup_note = _fit_warmup(config, sources)
     if warmup_note:
         notes.append(warmup_note)

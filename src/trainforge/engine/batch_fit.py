@@ -263,7 +263,7 @@ def _checkpoint_batch(checkpoint: Any) -> tuple[int, int, int] | None:
 def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
     from dataclasses import replace
 
-    from trainforge.config.lr_scaling import scaled_rate
+    from trainforge.config.lr_scaling import rescale
 
     config = resolved.config
     training = config.training.model_copy(
@@ -280,14 +280,8 @@ def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
         "training.global_batch_size",
     ):
         sources[key] = f"batch fit ({sources.get(key, 'default')})"
-    optimizer, notes = config.optimizer, list(resolved.notes)
-    if not sources.get("optimizer.learning_rate", "").startswith("flag"):
-        rate, line = scaled_rate(
-            optimizer.learning_rate, plan.target, plan.global_batch, optimizer.lr_scaling
-        )
-        if line:
-            optimizer = optimizer.model_copy(update={"learning_rate": rate})
-            notes.append(line)
+    optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
+    notes = [*resolved.notes, line] if line else list(resolved.notes)
     return replace(
         resolved,
         config=config.model_copy(update={"training": training, "optimizer": optimizer}),

@@ -66,10 +66,6 @@ def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
     return for_config(out.dir, out.run_name, resolved.path)
 
 
-def run_dir_for(resolved: ResolvedConfig) -> Path:
-    return run_folder_for(resolved).path
-
-
 def _resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) -> Path | None:
     """The checkpoint this run starts from (None: a fresh start), or one line saying why
     the folder cannot be used. `resume_from` is auto (this run's newest good checkpoint),
