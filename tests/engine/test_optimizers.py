@@ -9,14 +9,14 @@ import torch
 from torch import nn
 
 from trainforge.config.errors import ConfigError
-from trainforge.engine import optimizers
 from trainforge.engine.batch_probe import StepRunner
-from trainforge.engine.optimizers import REGISTRY, build_optimizer, register
+from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.trainer import Trainer
 from trainforge.errors import UserError
+from trainforge.registry import OPTIMIZERS
 
 CPU = torch.device("cpu")
-NAMES = [*REGISTRY, "torch.optim.RMSprop"]
+NAMES = [*OPTIMIZERS.names(), "torch.optim.RMSprop"]
 
 
 def tiny_model() -> nn.Module:
@@ -98,7 +98,7 @@ def test_an_unknown_name_is_one_config_error_with_the_known_names(points_config)
     line = str(caught.value)
     assert "\n" not in line
     assert "optimizer.name" in line and "'adamm'" in line
-    assert all(name in line for name in REGISTRY)
+    assert all(name in line for name in OPTIMIZERS.names())
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_a_bad_class_path_is_one_user_error_at_build(path, expected, points_conf
         build_optimizer(tiny_model(), config.optimizer, CPU)
     line = caught.value.line()
     assert "\n" not in line and expected in line and path in line
-    assert all(name in line for name in REGISTRY)
+    assert all(name in line for name in OPTIMIZERS.names())
 
 
 class CountingSGD(torch.optim.SGD):
@@ -128,13 +128,13 @@ class CountingSGD(torch.optim.SGD):
 
 @pytest.fixture
 def toy_registered():
-    @register("toy-sgd")
+    @OPTIMIZERS.register("toy-sgd")
     def _toy(groups, config, device, sharded):
         return CountingSGD(groups, lr=config.learning_rate)
 
     CountingSGD.steps = 0
     yield "toy-sgd"
-    del optimizers.REGISTRY["toy-sgd"]
+    OPTIMIZERS.unregister("toy-sgd")
 
 
 def test_an_optimizer_registered_elsewhere_runs_a_real_fit(

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainforge.engine import optimizers
+from trainforge.registry import CLASS_PATH, OPTIMIZERS
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Device = Literal["auto", "cuda", "mps", "cpu"]
@@ -154,11 +154,11 @@ class DataConfig(Section):
 class OptimizerConfig(Section):
     name: str = Field(
         "adamw",
-        description=f"Optimizer: one of {', '.join(optimizers.names())} (adamw as in the ViT "
+        description=f"Optimizer: one of {', '.join(OPTIMIZERS.names())} (adamw as in the ViT "
         "guide), or the dotted class path of a torch.optim.Optimizer subclass (e.g. "
         "torch.optim.RMSprop, given learning_rate; weight_decay per group). Every choice "
         "keeps biases, norms, class token and positions free of weight decay. More names: "
-        "trainforge.engine.optimizers.register.",
+        "trainforge.registry.OPTIMIZERS.register.",
     )
     learning_rate: float = Field(3e-4, gt=0.0, le=10.0, description="Peak learning rate.")
     weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
@@ -191,8 +191,10 @@ class OptimizerConfig(Section):
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
         # The class path is imported when the optimizer is built (that needs torch).
-        if not optimizers.is_known(value):
-            raise ValueError(optimizers.unknown_name_message(value))
+        if value not in OPTIMIZERS and not CLASS_PATH.match(value):
+            raise ValueError(
+                f"{OPTIMIZERS.unknown_message(value)}, or a class path such as torch.optim.RMSprop"
+            )
         return value
 
 

@@ -6,9 +6,10 @@ exactly the parameter groups and optimizer state the run will have. It owns:
 
 - the parameter groups: weight decay on matrices (2-D and up), none on biases, norms,
   the class token and position embeddings (`param_groups`);
-- `REGISTRY`, config name -> builder, filled by the `register(name)` decorator: "adamw"
-  (AdamW as in the ViT guide, the fused kernel where it applies) and "sgd" (with
-  `optimizer.momentum`). A project or a test registers its own with `@register("name")`;
+- the built-in entries of `trainforge.registry.OPTIMIZERS` (config name -> builder):
+  "adamw" (AdamW as in the ViT guide, the fused kernel where it applies) and "sgd" (with
+  `optimizer.momentum`). A project or a test registers its own with
+  `@OPTIMIZERS.register("name")`;
 - a dotted class path as the name (`torch.optim.RMSprop`, or any importable subclass of
   `torch.optim.Optimizer`), built with the learning rate and the same groups.
 
@@ -18,18 +19,18 @@ has a large name table and its own decay groups, but it brings timm's whole opti
 and its own parameter-group rules, where the trainer's groups must stay exactly as they are
 (resumed runs replay bit-identically). So the registry is a dict and a decorator.
 
-Importing this module does not import torch (the config schema reads `names()` to check
+Importing this module does not import torch (the config schema reads the names to check
 `optimizer.name` and to document it, and config validation runs before torch loads).
 """
 
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainforge.errors import UserError
+from trainforge.registry import CLASS_PATH, OPTIMIZERS
 
 if TYPE_CHECKING:
     import torch
@@ -42,36 +43,6 @@ ParamGroups = list[dict[str, Any]]
 Builder = Callable[
     ["ParamGroups", "OptimizerConfig", "torch.device", bool], "torch.optim.Optimizer"
 ]
-
-REGISTRY: dict[str, Builder] = {}
-CLASS_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
-
-
-def register(name: str) -> Callable[[Builder], Builder]:
-    """Decorator: make `builder` the optimizer that `optimizer.name: <name>` selects."""
-
-    def add(builder: Builder) -> Builder:
-        REGISTRY[name] = builder
-        return builder
-
-    return add
-
-
-def names() -> list[str]:
-    """The registered names, in registration order."""
-    return list(REGISTRY)
-
-
-def is_known(name: str) -> bool:
-    """A registered name or something shaped like a dotted class path (checked at build)."""
-    return name in REGISTRY or bool(CLASS_PATH.match(name))
-
-
-def unknown_name_message(name: str) -> str:
-    return (
-        f"unknown optimizer {name!r}; use one of {', '.join(names())} or a class path "
-        "such as torch.optim.RMSprop"
-    )
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> ParamGroups:
@@ -94,13 +65,13 @@ def build_optimizer(
 ) -> torch.optim.Optimizer:
     """The optimizer `config.name` names, over `model`'s trainable parameters in two groups."""
     groups = param_groups(model, config.weight_decay)
-    builder = REGISTRY.get(config.name)
+    builder = OPTIMIZERS.find(config.name)
     if builder is None:
         builder = _class_builder(config.name)
     return builder(groups, config, device, sharded)
 
 
-@register("adamw")
+@OPTIMIZERS.register("adamw")
 def _adamw(
     groups: ParamGroups, o: OptimizerConfig, device: torch.device, sharded: bool
 ) -> torch.optim.Optimizer:
@@ -121,7 +92,7 @@ def _adamw(
     )
 
 
-@register("sgd")
+@OPTIMIZERS.register("sgd")
 def _sgd(
     groups: ParamGroups, o: OptimizerConfig, device: torch.device, sharded: bool
 ) -> torch.optim.Optimizer:
@@ -134,7 +105,7 @@ def _class_builder(path: str) -> Builder:
     import torch
 
     module_name, _, attr = path.rpartition(".")
-    fix = f"Use one of {', '.join(names())} or a class path such as torch.optim.RMSprop."
+    fix = f"Use one of {', '.join(OPTIMIZERS.names())} or a class path such as torch.optim.RMSprop."
     if not module_name or not CLASS_PATH.match(path):
         raise UserError(f"optimizer.name = {path!r}: unknown optimizer", fix)
     try:
