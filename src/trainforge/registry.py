@@ -114,6 +114,16 @@ class Registry(Generic[T]):
 OPTIMIZERS: Registry[Any] = Registry(
     "optimizer", "optimizer.name", ("trainforge.engine.optimizers",)
 )
+SCHEDULES: Registry[Any] = Registry(
+    "learning-rate schedule", "schedule.lr_scheduler_type", ("trainforge.engine.schedule",)
+)
+DATASETS: Registry[Any] = Registry("dataset", "data.dataset", ("trainforge.data.catalog",))
+TASKS: Registry[Any] = Registry("task", "task.kind", ("trainforge.tasks.catalog",))
+LOGGERS: Registry[Any] = Registry("logger", "logging.report_to", ("trainforge.observe.loggers",))
+EXPORT_FORMATS: Registry[Any] = Registry(
+    "export format", "export --format", ("trainforge.export.formats",)
+)
+PROFILES: Registry[Any] = Registry("hardware profile", "profile", ("trainforge.profiles",))
 
 
 def all_registries() -> dict[str, Registry[Any]]:
