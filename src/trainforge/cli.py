@@ -69,7 +69,7 @@ def train(ctx: typer.Context) -> None:
     platform = detect()
     ranks = env_ranks(os.environ)
     resolved, resume = _resolve_run(args, platform, ranks[1] if ranks else 1)
-    from trainforge.engine.run import train as run_training
+    from trainforge.train import train as run_training
 
     summary = run_training(resolved, platform, resume_from=resume)
     _print_summary(summary)
@@ -279,7 +279,7 @@ def profiles_template(
     ] = None,
 ) -> None:
     """Print a complete, commented run config for a profile: customise, validate, train."""
-    from trainforge.profiles.template import render_template
+    from trainforge.config.template import render_template
 
     text = render_template(name)
     if output is None:
@@ -335,7 +335,7 @@ def doctor(
     ] = None,
 ) -> None:
     """Check this machine for training: each finding with its fix; exit 1 with findings."""
-    from trainforge.hardware.doctor import main as doctor_main
+    from trainforge.doctor import main as doctor_main
 
     code = doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture)
     if code:

@@ -17,7 +17,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import make_config, make_task
 from trainforge.engine.callbacks import Callback, CheckpointCadence
-from trainforge.engine.run import _resume_point
+from trainforge.run.resume import resume_point
 from trainforge.engine.trainer import Trainer
 from trainforge.runfolder import RunFolder
 
@@ -73,7 +73,7 @@ def main() -> None:
         device=torch.device("cpu"),
         callbacks=[CheckpointCadence(save_steps, None, False), Printer()],
     )
-    start = _resume_point(RunFolder(run_dir), "auto", False)
+    start = resume_point(RunFolder(run_dir), "auto", False)
     if start is None:
         print("fresh", flush=True)
     else:

@@ -258,7 +258,7 @@ def test_every_plan_stays_under_the_fit_and_reaches_the_target():
 
 # -------------------------------------------------- config and learning rate
 def fake_fit(micro: int, calls: list | None = None):
-    def fit(config, platform, device, *, target, world_size, log=print):
+    def fit(config, platform, device, *, target, world_size, log=print, **_):
         if calls is not None:
             calls.append(target)
         return FitSearch(micro, 123, 10**9, 9 * 10**8, 0.1, target, []), "fake"
@@ -357,7 +357,7 @@ def torch_threads():
 
 
 def train_digits(out: Path, name: str, *overrides: str):
-    from trainforge.engine.run import train
+    from trainforge.train import train
 
     platform = detect()
     sets = [*TINY, f"output.dir={out}", f"output.run_name={name}", *overrides]

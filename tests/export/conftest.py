@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from trainforge.config import validate
-from trainforge.engine.run import train
+from trainforge.train import train
 from trainforge.export import ExportOptions, export
 from trainforge.hardware import detect
 

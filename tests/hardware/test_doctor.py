@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from trainforge.errors import UserError
-from trainforge.hardware.doctor import Context, diagnose, main
-from trainforge.hardware.doctor_checks import arch_runs_on, checkpoints_kept
-from trainforge.hardware.doctor_facts import (
+from trainforge.doctor import Context, diagnose, main
+from trainforge.doctor.checks import arch_runs_on, checkpoints_kept
+from trainforge.doctor.facts import (
     find_cusparselt,
     gather_facts,
     load_doctor_fixture,
@@ -63,7 +63,7 @@ def doctor(capsys, case: str, *args: str) -> tuple[int, str, str]:
 
 
 def statuses(case: str, overrides: list[str] | None = None) -> dict[str, str]:
-    from trainforge.hardware.doctor import load_config
+    from trainforge.doctor import load_config
 
     facts = load_doctor_fixture(CASES / case)
     config, error = load_config(None, facts.platform, None, overrides or [])
@@ -344,7 +344,7 @@ def test_doctor_command_on_this_machine(cli) -> None:
 
 def test_importing_doctor_does_not_import_torch(run_without_torch) -> None:
     run_without_torch(
-        "import sys, trainforge.hardware.doctor, trainforge.cli; "
+        "import sys, trainforge.doctor, trainforge.cli; "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
 

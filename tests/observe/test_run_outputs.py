@@ -1,4 +1,4 @@
-"""What a real run writes, through the same `engine.run.train` path as `trainforge train`:
+"""What a real run writes, through the same `trainforge.train.train` path as `trainforge train`:
 tokens/s of a text task against independently counted target tokens, MFU from the
 `hardware.peak_tflops` override, and the report written at the end of every run."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from fakes.tiny_lm import lm_overrides
 from trainforge.config import validate
-from trainforge.engine.run import train
+from trainforge.train import train
 from trainforge.hardware import detect
 
 REPO = Path(__file__).resolve().parents[2]

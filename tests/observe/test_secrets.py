@@ -122,8 +122,8 @@ def test_mlflow_params_and_tensorboard_config_text_mask_a_token(tmp_path, monkey
 
 def test_config_dump_masks_a_token(monkeypatch):
     """config.resolved.yaml, each checkpoint's config.yaml and the report's config section
-    are all `engine.run.config_yaml`; it must pass the config through `scrub_mapping`."""
-    from trainforge.engine.run import config_yaml
+    are all `run.recipe.config_yaml`; it must pass the config through `scrub_mapping`."""
+    from trainforge.run.recipe import config_yaml
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     dump = config_yaml(planted_config())

@@ -89,6 +89,58 @@ class _Predictor:
         return self.points[nearest] + self.slope() * (size - nearest)
 
 
+class _Trials:
+    """Runs (or, in predict mode, predicts) one micro-batch size at a time, logging and
+    recording each: `tried` in order, and the measured peak of every size that fit."""
+
+    def __init__(
+        self,
+        probe: MemoryProbe,
+        usable: int,
+        predict: bool,
+        baseline_bytes: int,
+        log: Callable[[str], None],
+    ) -> None:
+        self.probe, self.usable, self.predict, self.log = probe, usable, predict, log
+        self.baseline = baseline_bytes
+        self.predictor = _Predictor(baseline_bytes)
+        self.tried: list[tuple[int, int | None, str]] = []
+        self.best_peak: dict[int, int] = {}
+
+    def fits(self, size: int) -> bool:
+        usable = self.usable
+        if self.predict and not self.predictor.points and self.baseline > usable:
+            self.log(
+                f"batch fit: {gib(self.baseline)} GiB held before any step, over the "
+                f"{gib(usable)} GiB usable: nothing tried"
+            )
+            self.tried.append((size, self.baseline, "held"))
+            return False
+        guess = self.predictor.predict(size) if self.predict else None
+        if guess is not None and guess > usable:
+            self.log(
+                f"batch fit: micro-batch {size}: predicted peak {gib(guess)} of "
+                f"{gib(usable)} GiB usable, over, not tried"
+            )
+            self.tried.append((size, int(guess), "predicted"))
+            return False
+        try:
+            peak = int(self.probe(size))
+        except OutOfMemory:
+            self.log(f"batch fit: micro-batch {size}: out of memory")
+            self.tried.append((size, None, "out of memory"))
+            return False
+        self.predictor.add(size, peak)
+        ok = peak <= usable
+        verdict = "fits" if ok else "over"
+        where = f"micro-batch {size}: peak {gib(peak)} of {gib(usable)} GiB usable"
+        self.log(f"batch fit: {where}, {verdict}")
+        self.tried.append((size, peak, verdict))
+        if ok:
+            self.best_peak[size] = peak
+        return ok
+
+
 def search_micro_batch(
     probe: MemoryProbe,
     *,
@@ -107,42 +159,8 @@ def search_micro_batch(
     """
     assert cap >= 1 and 0.0 <= margin < 1.0
     usable = int(budget_bytes * (1.0 - margin))
-    predictor = _Predictor(baseline_bytes)
-    tried: list[tuple[int, int | None, str]] = []
-    best_peak: dict[int, int] = {}
-
-    def fits(size: int) -> bool:
-        if predict and not predictor.points and baseline_bytes > usable:
-            log(
-                f"batch fit: {gib(baseline_bytes)} GiB held before any step, over the "
-                f"{gib(usable)} GiB usable: nothing tried"
-            )
-            tried.append((size, baseline_bytes, "held"))
-            return False
-        guess = predictor.predict(size) if predict else None
-        if guess is not None and guess > usable:
-            log(
-                f"batch fit: micro-batch {size}: predicted peak {gib(guess)} of "
-                f"{gib(usable)} GiB usable, over, not tried"
-            )
-            tried.append((size, int(guess), "predicted"))
-            return False
-        try:
-            peak = int(probe(size))
-        except OutOfMemory:
-            log(f"batch fit: micro-batch {size}: out of memory")
-            tried.append((size, None, "out of memory"))
-            return False
-        predictor.add(size, peak)
-        ok = peak <= usable
-        verdict = "fits" if ok else "over"
-        where = f"micro-batch {size}: peak {gib(peak)} of {gib(usable)} GiB usable"
-        log(f"batch fit: {where}, {verdict}")
-        tried.append((size, peak, verdict))
-        if ok:
-            best_peak[size] = peak
-        return ok
-
+    trials = _Trials(probe, usable, predict, baseline_bytes, log)
+    fits = trials.fits
     lo, hi = 0, cap + 1  # lo fits (0: none yet), hi does not
     size = 1
     while size <= cap:
@@ -162,7 +180,7 @@ def search_micro_batch(
             lo = mid
         else:
             hi = mid
-    return FitSearch(lo, best_peak.get(lo), budget_bytes, usable, margin, cap, tried)
+    return FitSearch(lo, trials.best_peak.get(lo), budget_bytes, usable, margin, cap, trials.tried)
 
 
 def fit_line(plan: BatchPlan, search: FitSearch | None, how: str) -> str:
@@ -208,10 +226,14 @@ def resolve_auto_batch(
     platform: Any,
     device: Any,
     *,
+    build_task: Callable[[Any, Any], Any] | None = None,
     start_from: Any = None,
     log: Callable[[str], None] = print,
 ) -> tuple[Any, str]:
     """(the ResolvedConfig with `auto` replaced by numbers, the line to print at start).
+
+    `build_task(config, device)` builds the throwaway task the memory probe trains (the
+    train entry passes `trainforge.tasks.build_task`); only a config with `auto` needs it.
 
     A config without `auto` comes back unchanged with an empty line. The effective batch
     kept is the plan's `training.global_batch_size` (the recipe's; see
@@ -238,7 +260,13 @@ def resolve_auto_batch(
     from trainforge.engine import batch_probe
 
     search, how = batch_probe.fit(
-        resolved.config, platform, device, target=target, world_size=world, log=log
+        resolved.config,
+        platform,
+        device,
+        target=target,
+        world_size=world,
+        build_task=build_task,
+        log=log,
     )
     if search.micro_batch < 1:
         raise no_fit_error(search, how)

@@ -15,8 +15,9 @@ longest batch), without torch.compile. A meter measures each step's peak:
 - CPU: the process's peak resident memory (Linux: VmHWM, reset before each step through
   /proc/self/clear_refs), against the budget if set, else the available RAM (psutil).
 
-The probe works on a throwaway task built from the same config; the run then seeds its
-RNGs and builds its task again, so it starts from exactly the weights, data order and RNG
+The probe works on a throwaway task built from the same config by the caller's task builder
+(the train entry passes `trainforge.tasks.build_task`: the engine imports no task); the run
+then seeds its RNGs and builds its task again, so it starts from exactly the weights, data order and RNG
 state of a run configured with the fitted numbers directly.
 """
 
@@ -207,11 +208,12 @@ def fit(
     *,
     target: int,
     world_size: int,
+    build_task: Callable[[RunConfig, torch.device], Any],
     log: Callable[[str], None] = print,
 ) -> tuple[FitSearch, str]:
-    """Build a throwaway task, search the largest micro-batch, free everything again."""
+    """Build a throwaway task with `build_task(config, device)`, search the largest
+    micro-batch, free everything again."""
     from trainforge.engine.state import capture_rng, restore_rng, seed_everything
-    from trainforge.tasks import build_task
 
     t = config.training
     probe_config = config.model_copy(

@@ -109,7 +109,7 @@ class CausalLMExport:
         lora: bool,
         max_diff: float,
     ) -> dict[str, Any]:
-        from trainforge.engine.run import config_hash
+        from trainforge.run.recipe import config_hash
 
         folder_final = job.out_root / "safetensors"
         files = sorted(p.name for p in folder.iterdir() if p.is_file())

@@ -101,7 +101,7 @@ class ExportJob:
         **extra: Any,
     ) -> dict[str, Any]:
         """The shared summary fields plus `extra`; written to folder/summary.json."""
-        from trainforge.engine.run import config_hash
+        from trainforge.run.recipe import config_hash
 
         files = sorted(p.name for p in folder.iterdir() if p.is_file())
         size = folder_size(folder, [f for f in files if f != CONFIG])

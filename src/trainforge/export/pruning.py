@@ -75,11 +75,11 @@ def finetune_config(job: ExportJob, epochs: float, learning_rate: float):
 
 def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
     """Train the masked model for `finetune_epochs` through the engine; logs to folder."""
-    from trainforge.engine.callbacks import EvalCadence
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware import detect, resolve_device
-    from trainforge.observe import JsonlLogger, MetricsCallback, ProgressDisplay
+    from trainforge.observe import JsonlLogger
+    from trainforge.run.callbacks import build_callbacks
 
     o = job.options
     lr = o.finetune_lr or job.source.config.optimizer.learning_rate / 10
@@ -89,17 +89,13 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
         torch.set_num_threads(config.training.num_threads)  # as `trainforge train` does
     seed_everything(config.training.seed)
     task = job.kind.finetune_task(config, model)
-    progress = ProgressDisplay(enabled=config.logging.progress_bar)
     finetune_run = RunFolder(folder / "finetune")  # the fine-tuning's own run folder
-    callbacks = [
-        EvalCadence(None, config.evaluation.eval_every_epochs),
-        MetricsCallback(
-            [JsonlLogger(finetune_run.metrics)],
-            config.logging.logging_steps,
-            listeners=[progress],
-        ),
-        progress,
-    ]
+    callbacks = build_callbacks(
+        config,
+        [JsonlLogger(finetune_run.metrics)],
+        resumable=False,
+        progress=config.logging.progress_bar,
+    )
     trainer = Trainer(task, config, run_dir=finetune_run.path, device=device, callbacks=callbacks)
     print(
         f"fine-tuning the pruned model: {o.finetune_epochs:g} epoch(s), "

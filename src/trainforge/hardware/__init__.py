@@ -16,8 +16,9 @@ replay recorded machines (`load_fixture`) instead of needing the hardware.
 
 Modules: `platform` (dataclasses), `detect` (detection, fixtures), `jetson` (L4T/JetPack),
 `slurm` (SLURM_* parsing), `nvml` (GPU query), `select` (profile and device choice),
-`jetson_wheels` (PyTorch wheels per JetPack), `doctor` / `doctor_checks` / `doctor_facts`
-(`trainforge doctor`), `threads` (a training's CPU thread budget).
+`jetson_wheels` (PyTorch wheels per JetPack), `threads` (a training's CPU thread budget).
+`trainforge doctor` lives in `trainforge.doctor`, above `config`: it checks a run config
+against the machine, so it imports both.
 """
 
 from trainforge.hardware.detect import detect, load_fixture

@@ -38,12 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainforge.errors import UserError
+from trainforge.parallel import PORT_BASE, PORT_SPAN
 
 SIGNAL_LEAD_S = 120  # SIGUSR1 this long before the time limit: enough to save and requeue
-# Rendezvous port = PORT_BASE + job id % PORT_SPAN: 20000-31999, above the registered ports
-# most services use and below Linux's ephemeral range (32768+).
-PORT_BASE = 20000
-PORT_SPAN = 12000
 GENERIC_GPUS_PER_NODE = 4  # the training-pipeline assets README: 4x A100 per node
 
 # torchrun under srun: SIGUSR1 and SIGTERM ignored (Slurm signals the training processes

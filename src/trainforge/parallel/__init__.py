@@ -46,6 +46,12 @@ class DistContext:
         return self.rank == 0
 
 
+# Rendezvous port under Slurm = PORT_BASE + job id % PORT_SPAN: 20000-31999, above the
+# registered ports and below Linux's ephemeral range (32768+). The job script that
+# `trainforge slurm` renders exports the same port (trainforge.launch.slurm).
+PORT_BASE = 20000
+PORT_SPAN = 12000
+
 _CONTEXT = DistContext()
 _CONTROL: Any = None  # a Gloo group for host-side agreement
 
@@ -83,8 +89,6 @@ def first_host(nodelist: str) -> str:
 def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
     """MASTER_ADDR and MASTER_PORT for the process group: the environment's own, else (under
     Slurm) the first node of the node list and the port derived from the job id."""
-    from trainforge.launch.slurm import PORT_BASE, PORT_SPAN
-
     out = {key: env[key] for key in ("MASTER_ADDR", "MASTER_PORT") if env.get(key)}
     if "MASTER_ADDR" not in out:
         nodes = next(
@@ -294,13 +298,16 @@ def failure_reports(wait_s: float = 1.0) -> dict[int, str]:
         return {}
 
 
-def failure_line(err: BaseException, wait_s: float = 1.0) -> str | None:
+def failure_line(
+    err: BaseException, wait_s: float = 1.0, resume: str | None = None
+) -> str | None:
     """The one line this rank prints for `err`, or None when another rank speaks for it.
 
     The rank where the error happened names itself and the reason (and records it); a rank
     whose collective failed because a peer went away stays silent when that peer recorded
     why; otherwise (a peer killed by a signal or out of memory records nothing) the first
-    surviving rank to get there says so, with what the collective reported.
+    surviving rank to get there says so, with what the collective reported and `resume`,
+    the command that continues the run (its run folder's `trainforge train --resume ...`).
     """
     text = err.line() if isinstance(err, UserError) else str(err).strip()
     first = text.splitlines()[0][:300] if text else type(err).__name__
@@ -313,7 +320,7 @@ def failure_line(err: BaseException, wait_s: float = 1.0) -> str | None:
     return (
         f"rank {rank}: the distributed job failed: another rank stopped without reporting an "
         f"error (killed by a signal or out of memory?) ({first}). the launcher's exit codes "
-        "above name it; rerun with --resume auto"
+        f"above name it; rerun with {f'`{resume}`' if resume else '--resume auto'}"
     )
 
 

@@ -8,7 +8,8 @@ so the server stays small beside a run (on a Jetson both share one memory).
 
 Modules: `settings` (paths, token, names), `db` (the SQLite run registry), `runner`
 (subprocesses: start, stop, resume, adopt after a restart), `dialog` (the Train Model form:
-defaults and validation), `progress` (metrics records and run folder facts), `model_list`
-(models/ folders), `system` (platform and live telemetry), `api` (the JSON API), `app`
+defaults and validation), `run_files` (metrics records and run folder facts), `model_list`
+(models/ folders), `system` (platform and live telemetry), `app_state` (what one server
+instance holds, and a run's view), `api` (the JSON API), `app`
 (pages, access token, the app factory), `serve` (the command).
 """

@@ -33,7 +33,7 @@ from trainforge.errors import UserError
 from trainforge.hardware.threads import THREADS_ENV, usable_cores
 from trainforge.runfolder import resume_command
 from trainforge.web.db import RUNNING, RunRecord, RunRegistry
-from trainforge.web.progress import (
+from trainforge.web.run_files import (
     INTERRUPTED_CHECKPOINT,
     checkpoints,
     interrupted_checkpoint,

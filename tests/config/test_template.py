@@ -14,7 +14,7 @@ from trainforge.config import leaf_paths, validate
 from trainforge.config.schema import RunConfig
 from trainforge.hardware import detect, load_fixture
 from trainforge.profiles import list_profiles, load_profile
-from trainforge.profiles.template import SECTIONS, render_template
+from trainforge.config.template import SECTIONS, render_template
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "hardware" / "fixtures"

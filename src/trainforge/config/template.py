@@ -8,6 +8,9 @@ charge of *how* to train until a line is uncommented. Fields that the trackers' 
 variables set (WANDB_PROJECT, MLFLOW_EXPERIMENT_NAME, ...) are commented out too, so those
 variables still apply. The result validates as written.
 
+It lives in `config` (not `profiles`) because it reads the run-config schema and the
+environment's fields: profiles are data below config.
+
 ruamel.yaml was considered for writing comments; the file is a flat two-level mapping, so a
 few lines of text with PyYAML-dumped values are simpler and keep the dependency list short.
 """

@@ -1,12 +1,15 @@
 """`trainforge doctor`: check that this machine can train, and say how to fix what is wrong.
 
-`main()` gathers the machine's facts (`doctor_facts`), resolves the run config the way
+`main()` gathers the machine's facts (`doctor.facts`), resolves the run config the way
 `trainforge train` would (profile: auto picks from the same detection), runs every check
-(`doctor_checks`) and prints a table: status, check, finding, and the fix under each warning
+(`doctor.checks`) and prints a table: status, check, finding, and the fix under each warning
 or problem. A warning or a problem is a finding: each also goes to stderr as one line with
 its fix, and the exit code is 1. Rows that are `ok`, `info` or `skip` are not findings, so a
 machine with nothing to fix exits 0 (a laptop without a GPU included: "no NVIDIA GPU" is
 `info`). A bad command line exits 2 as usual.
+
+A package of its own above `config` and `models` (it loads a run config and builds the
+model on the meta device), so that `hardware` stays below `config`.
 
 Nothing here imports torch at module level: the torch checks import it lazily and report a
 missing or broken PyTorch as a finding.
@@ -19,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainforge.errors import UserError
-from trainforge.hardware.doctor_checks import FINDINGS, Context, Finding, diagnose
-from trainforge.hardware.doctor_facts import Facts, gather_facts, load_doctor_fixture
+from trainforge.doctor.checks import FINDINGS, Context, Finding, diagnose
+from trainforge.doctor.facts import Facts, gather_facts, load_doctor_fixture
 from trainforge.hardware.platform import Platform
 
 __all__ = ["Context", "Finding", "diagnose", "load_config", "main", "render", "run"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainforge.hardware.doctor_facts import Facts
+from trainforge.doctor.facts import Facts
 from trainforge.hardware.jetson_wheels import wheel_row
 
 if TYPE_CHECKING:
@@ -364,7 +364,7 @@ def check_nv_queue(ctx: Context) -> Finding:
 def _run_dir(ctx: Context) -> Path:
     assert ctx.config is not None
     output = ctx.config.output
-    # The same name `trainforge train` gives the run folder (engine/run.py).
+    # The same name `trainforge train` gives the run folder (runfolder.for_config).
     name = output.run_name or (ctx.config_path.stem if ctx.config_path else "run")
     return Path(output.dir) / name
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainforge.hardware import Platform
 from trainforge.web.db import RunRecord, RunRegistry
-from trainforge.web.progress import (
+from trainforge.web.run_files import (
     INTERRUPTED_CHECKPOINT,
     MetricsCache,
     checkpoints,

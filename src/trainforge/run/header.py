@@ -1,0 +1,94 @@
+"""What a run says about itself at start, and the platform facts behind those lines: the
+platform, task, device, batch and recipe lines, the disk-space warning, the telemetry
+sampler, the device's name and its peak TFLOP/s for MFU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainforge.config import ResolvedConfig, RunConfig
+from trainforge.run.recipe import recipe_line
+from trainforge.runfolder import RunFolder
+
+
+def print_start(
+    resolved: ResolvedConfig, platform: Any, trainer: Any, run_dir: Path, notes: list[str]
+) -> None:
+    """The start lines, then `notes` (config notes, the batch fit, the schedule) that say
+    something."""
+    c = resolved.config
+    t = c.training
+    world = trainer.dist.world_size
+    global_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
+    print(
+        f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
+        f"({resolved.profile_reason})"
+    )
+    print(
+        f"task: {c.task.kind}   data: {c.data.dataset} ({trainer.task.num_train_samples} "
+        f"training samples)   model: {c.model.arch} "
+        f"{sum(p.numel() for p in trainer.model.parameters()):,} parameters"
+    )
+    print(
+        f"device: {trainer.device}   precision: {trainer.precision.name}   batch: "
+        f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation"
+        + (f" x {world} processes" if world > 1 else "")
+        + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
+    )
+    print(recipe_line(resolved))
+    if world > 1:
+        mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
+        print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
+    print(f"run folder: {run_dir}")
+    for line in notes:
+        if line:
+            print(line)
+
+
+def warn_space(folder: RunFolder, config: RunConfig, trainer: Any) -> None:
+    """One line at start when the disk cannot hold the checkpoints the run will keep."""
+    from trainforge.doctor.checks import checkpoints_kept
+    from trainforge.engine import checkpoint as ckpt
+
+    line = ckpt.space_warning(
+        folder.path, ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    )
+    if line:
+        print(line)
+
+
+def telemetry(config: RunConfig, platform: Any) -> Any:
+    """The run's telemetry sampler, or None (off, or no source on this machine)."""
+    if not config.hardware.telemetry:
+        return None
+    from trainforge.hardware.telemetry import TelemetrySampler, available_sources
+
+    sources, notes = available_sources(platform)
+    for note in notes:
+        print(note)
+    if not sources:
+        return None
+    return TelemetrySampler(sources, config.hardware.telemetry_interval_s)
+
+
+def device_name(platform: Any, device: Any) -> str | None:
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return platform.gpus[0].name if platform.gpus else None
+
+
+def peak_tflops(config: RunConfig, platform: Any, device: Any) -> float | None:
+    if config.hardware.peak_tflops:
+        return config.hardware.peak_tflops
+    if device.type != "cuda":
+        return None  # CPU peaks vary too much to tabulate; set hardware.peak_tflops
+    from trainforge.engine.precision import resolve_precision
+    from trainforge.hardware.peaks import platform_peak_tflops
+
+    precision = resolve_precision(config.training.precision, device)
+    # On a Jetson the board model names the module (torch calls every Orin GPU "Orin").
+    return platform_peak_tflops(platform, device_name(platform, device), precision)

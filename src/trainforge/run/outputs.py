@@ -1,0 +1,195 @@
+"""What a finished (or stopped) run leaves behind and says last: the final model, the
+validation confusion matrix, summary.json, the report, the lines that tell how to resume,
+and the summary `trainforge train` returns.
+
+Every path comes from `trainforge.runfolder.RunFolder`. The collectives (the confusion
+matrix summed over ranks, a sharded model gathered on rank 0) run on every rank before
+rank 0 alone writes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainforge import parallel
+from trainforge.config import ResolvedConfig
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+from trainforge.run.callbacks import metrics_callback
+from trainforge.run.header import device_name
+from trainforge.run.resume import requeue_slurm_job
+from trainforge.runfolder import RunFolder, resume_command
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    final_metrics: dict[str, float]
+    best_metric: float | None
+    stop_reason: str
+    interrupted: bool
+    global_step: int
+    train_time_s: float
+    signal: str | None = None
+    checkpoint: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0, or 128 + the signal number for a run stopped by a signal (130 for Ctrl+C)."""
+        if not self.interrupted:
+            return 0
+        return 128 + int(getattr(signal, self.signal or "SIGINT", signal.SIGINT))
+
+
+def fit_or_abort(trainer: Any, folder: RunFolder) -> Any:
+    """fit(), and on a second Ctrl+C (GracefulStop gave Python's handler back) one line on
+    stderr before the KeyboardInterrupt goes on to exit 130 at once."""
+    try:
+        return trainer.fit()
+    except KeyboardInterrupt:
+        if parallel.context().is_main:
+            print(
+                "aborted by a second Ctrl+C; "
+                f"`{resume_command(folder)}` continues from the newest "
+                "complete checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+
+
+def finish(
+    trainer: Any,
+    result: Any,
+    folder: RunFolder,
+    resolved: ResolvedConfig,
+    platform: Any,
+    callbacks: list[Any],
+) -> RunSummary:
+    """Every rank joins the collectives; rank 0 then writes the outputs and the last lines."""
+    config = resolved.config
+    confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
+    final_weights = None
+    if trainer.sharded and config.checkpoint.save_final_model and not result.interrupted:
+        final_weights = trainer.full_state_dict()  # collective: gathered on rank 0
+    summary = RunSummary(
+        run_dir=folder.path,
+        final_metrics=result.final_metrics,
+        best_metric=result.state.best_metric,
+        stop_reason=result.stop_reason,
+        interrupted=result.interrupted,
+        global_step=result.state.global_step,
+        train_time_s=result.state.train_time_s,
+        signal=trainer.stop_signal,
+        checkpoint=trainer.last_checkpoint,
+    )
+    if not parallel.context().is_main:
+        return summary
+    if config.checkpoint.save_final_model and not result.interrupted:
+        save_final_model(trainer, folder.path, final_weights)
+    if confusion is not None:
+        folder.eval_dir.mkdir(exist_ok=True)
+        folder.confusion.write_text(json.dumps(confusion), encoding="utf-8")
+    record = {
+        **{k: str(v) if isinstance(v, Path) else v for k, v in vars(summary).items()},
+        **_facts(trainer, result, resolved, platform, callbacks),
+    }
+    folder.summary.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    write_report(folder.path)
+    _last_lines(trainer, result, folder, config)
+    return summary
+
+
+def _facts(
+    trainer: Any, result: Any, resolved: ResolvedConfig, platform: Any, callbacks: list[Any]
+) -> dict:
+    """summary.json's fields beyond the RunSummary: where and how the run trained."""
+    metrics = metrics_callback(callbacks)
+    return {
+        "platform": platform.kind,
+        "device": str(trainer.device),
+        "device_name": device_name(platform, trainer.device),
+        "profile": resolved.profile.name,
+        "config_hash": trainer.config_hash,
+        "precision": trainer.precision.name,
+        "samples_per_s": metrics.last_train.get("samples_per_s"),
+        "flops_per_sample": trainer.flops_per_sample or None,
+        "mfu": metrics.last_train.get("mfu"),
+        "nonfinite_steps": result.state.nonfinite_steps,
+        "telemetry": metrics.telemetry.summary() if metrics.telemetry else None,
+        # Tasks with a held-out test split score the final model on it (e.g. G2P PER/WER).
+        "test_metrics": getattr(trainer.task, "test_metrics", None),
+        "world_size": trainer.dist.world_size,
+    }
+
+
+def _last_lines(trainer: Any, result: Any, folder: RunFolder, config: Any) -> None:
+    """How to resume a stopped run; a diverged run ends in one line naming the fix."""
+    if result.interrupted:
+        print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
+        print(f"resume with: {resume_command(folder)}")
+        if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
+            requeue_slurm_job()
+    elif result.stop_reason.startswith("time limit"):
+        print(f"{result.stop_reason}: checkpoint saved to {trainer.last_checkpoint}")
+        hours = 2 * (config.training.max_training_hours or 0)
+        # the limit counts training time across resumes: continuing needs a higher one
+        print(f"resume with: {resume_command(folder)} --max_training_hours {hours:g}")
+    if trainer.diverged:
+        found = ckpt.latest(folder.checkpoints)
+        raise UserError(
+            f"training stopped at step {result.state.global_step}: {result.stop_reason}; "
+            f"last good checkpoint: {found.path if found else 'none'}",
+            "lower optimizer.learning_rate or set training.max_grad_norm, then resume with "
+            f"`{resume_command(folder)} --learning_rate RATE`",
+        )
+
+
+def _confusion(trainer: Any) -> dict | None:
+    """Classification: the validation confusion matrix (rows true, columns predicted),
+    summed over ranks."""
+    confusion = getattr(trainer.task, "confusion_matrix", None)
+    if confusion is None:
+        return None
+    import torch
+
+    matrix, names = confusion(trainer.model, trainer.device)
+    counts = parallel.all_reduce_sum(torch.tensor(matrix, dtype=torch.long, device=trainer.device))
+    return {"class_names": names, "matrix": counts.tolist()}
+
+
+def write_report(run_dir: Path) -> None:
+    """The run report; at a terminal a detached child writes it, so the prompt comes back
+    at once (the page appears when it is done; its output goes to RUN/report.log)."""
+    try:
+        from trainforge.observe.report import build_report_off_the_path
+    except ImportError:
+        return
+    try:
+        path = build_report_off_the_path(run_dir)
+    except Exception as err:  # a report problem must not fail a finished run
+        print(f"report not written: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+        return
+    print(f"report: {path}")
+
+
+def save_final_model(trainer: Any, run_dir: Path, weights: dict | None = None) -> None:
+    # A task that knows its own model format (a Hugging Face folder) saves itself.
+    save_final = getattr(trainer.task, "save_final", None)
+    if save_final is not None:
+        save_final(
+            run_dir,
+            model=trainer.model,
+            metrics=dict(trainer.last_val),
+            config_hash=trainer.config_hash,
+            global_step=trainer.state.global_step,
+        )
+        return
+    source = weights if weights is not None else trainer.model.state_dict()
+    ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": trainer.config_hash})
+

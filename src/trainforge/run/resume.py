@@ -1,0 +1,177 @@
+"""Where a run starts: the run folder claimed, the checkpoint it resumes from, run.json,
+the restore itself, and the Slurm requeue that lets a preempted job come back to it.
+
+Order matters for "nothing half-written": the resume point is chosen (and refused) before
+anything is written; the folder is readied for writing only once the task exists, so a
+user error while building data or model leaves no trace on disk. Rank 0 alone tidies and
+writes; the other ranks choose the same point after it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainforge import parallel
+from trainforge.config import ResolvedConfig, RunConfig
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+from trainforge.run.recipe import config_changes
+from trainforge.runfolder import RunFolder, for_config, resume_command
+
+
+def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
+    out = resolved.config.output
+    return for_config(out.dir, out.run_name, resolved.path)
+
+
+def resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) -> Path | None:
+    """The checkpoint this run starts from (None: a fresh start), or one line saying why
+    the folder cannot be used. `resume_from` is auto (this run's newest good checkpoint),
+    a checkpoint folder of this run, or None (a fresh run: refused where a run already is,
+    unless --overwrite)."""
+    root = folder.checkpoints
+    for line in ckpt.recover(root):
+        print(f"checkpoints: {line}")
+    if resume_from is None and os.environ.get("SLURM_JOB_ID") and ckpt.latest(root):
+        # A requeued or restarted Slurm job continues its run by itself.
+        print(f"Slurm job {os.environ['SLURM_JOB_ID']}: resuming the run's newest checkpoint")
+        resume_from = "auto"
+    if resume_from == "auto":
+        found = ckpt.latest(root)
+        if found is None and folder.occupied():
+            print(f"resume: no complete checkpoint in {root}; starting the run from step 0")
+            folder.clear()
+        elif found is None:
+            print(f"resume: no checkpoint in {root}, starting fresh")
+        if found is None:
+            return None
+        ckpt.check_format(found.path, found.meta)  # before anything is written
+        return found.path
+    if resume_from:
+        path = Path(resume_from)
+        problem = ckpt.verify(path) if path.is_dir() else "not found"
+        if problem:
+            raise UserError(
+                f"--resume {resume_from}: {problem}",
+                f"resume the run with --resume {folder.path} (its newest good checkpoint)",
+            )
+        ckpt.check_format(path)
+        return path
+    occupied = folder.occupied()
+    if occupied and not overwrite:
+        raise UserError(
+            f"run folder {folder.path} already holds a run ({', '.join(occupied)})",
+            f"continue it with `{resume_command(folder)}`, start it afresh with --overwrite, "
+            "or pick another --set output.run_name=NAME",
+        )
+    return None
+
+
+def claim(
+    folder: RunFolder, resume_from: str | None, overwrite: bool, held: list[int]
+) -> Path | None:
+    """The resume point, agreed by every rank: rank 0 locks an existing folder (a live run's
+    writes are not leftovers), tidies crash leftovers and chooses; the others choose after
+    it. Lock descriptors go to `held`; the caller closes them when the run ends."""
+    main = parallel.context().is_main
+    start_from = None
+    if main and folder.path.is_dir():
+        held.append(folder.lock())
+    if main:
+        start_from = resume_point(folder, resume_from, overwrite)
+    parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
+    if not main:
+        start_from = resume_point(folder, resume_from, True)
+    return start_from
+
+
+def prepare_folder(
+    folder: RunFolder,
+    resolved: ResolvedConfig,
+    start_from: Path | None,
+    resume_from: str | None,
+    held: list[int],
+    config_text: str,
+) -> int | None:
+    """Rank 0 readies the folder for writing: locked, cleared for --overwrite, metrics past
+    the resume step dropped, run.json and config.resolved.yaml written. Returns the step
+    the run resumes at (None: a fresh start or another rank)."""
+    config = resolved.config
+    resume_step = None
+    if not parallel.context().is_main:
+        return None
+    if not held:
+        held.append(folder.lock())
+    if start_from is None and config.output.overwrite:
+        folder.clear()
+    elif start_from is None and resume_from is None and folder.occupied():
+        resume_point(folder, None, False)  # another process got here first: refuse
+    if start_from is not None:
+        resume_step = int(ckpt.read_meta(start_from).get("global_step", 0))
+        folder.trim_metrics(resume_step)
+    folder.mark_holder()
+    record_run(folder, resolved)  # first: a folder with any file of the run can resume
+    folder.resolved_config.write_text(config_text, encoding="utf-8")
+    if config.hardware.swap_directory:
+        Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
+    return resume_step
+
+
+def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None) -> None:
+    """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it), written
+    before any other file of the run, then again with the numbers of this run once the
+    trainer knows them."""
+    import torch
+
+    from trainforge import __version__
+
+    earlier = folder.read_run() if folder.is_run() else {}
+    record = {
+        "created": earlier.get("created") or None,
+        "trainforge": __version__,
+        "config_file": str(resolved.path) if resolved.path else None,
+        "cwd": os.getcwd(),
+        "profile": resolved.profile_requested,
+        "profile_used": resolved.profile.name,
+        "recipe": resolved.layers,
+        "threads": torch.get_num_threads(),
+        "effective_batch": resolved.config.training.global_batch_size,
+        "command": sys.argv[1:],
+    }
+    if trainer is not None:
+        record["world_size"] = trainer.dist.world_size
+        record["total_steps"] = trainer.total_steps
+        record["steps_per_epoch"] = trainer.steps_per_epoch
+    folder.write_run(record)
+
+
+def restore(trainer: Any, start_from: Path, config: RunConfig) -> None:
+    """Load the checkpoint into the trainer and say what `config` changed since then."""
+    saved = (start_from / "config.yaml").read_text(encoding="utf-8")
+    changes = config_changes(saved, config)
+    meta = trainer.load_checkpoint(start_from)
+    if changes:
+        print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
+    print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
+
+
+def requeue_slurm_job() -> None:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    try:
+        done = subprocess.run(
+            ["scontrol", "requeue", job], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        print(f"could not requeue Slurm job {job}: {err}; resubmit it to continue")
+        return
+    if done.returncode == 0:
+        print(f"Slurm job {job} requeued; it resumes from the checkpoint when it restarts")
+    else:
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        print(f"could not requeue Slurm job {job}: {reason[0] if reason else done.returncode}")

@@ -1,0 +1,129 @@
+"""The train entry: one run composed from the library's parts, top to bottom.
+
+config (resolved by the CLI) -> platform and process group -> resume point -> batch fit ->
+task (data + model) -> run folder -> callbacks -> Trainer -> fit -> outputs. Each step is a
+call into the package that owns it; the pieces that belong to no lower package (resume,
+callbacks, start lines, outputs) live in `trainforge.run`. torchtitan's short `train.py`
+(a main that builds its trainer from a config and runs it) is the model followed.
+
+Order matters for "nothing half-written": the config is validated and the data and model
+are built before the run folder is written, so a user error leaves no trace on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from trainforge import parallel
+from trainforge.config import ResolvedConfig
+from trainforge.errors import UserError
+from trainforge.run.outputs import RunSummary
+from trainforge.run.resume import run_folder_for
+from trainforge.runfolder import resume_command
+
+__all__ = ["RunSummary", "train"]
+
+
+def train(resolved: ResolvedConfig, platform: Any, *, resume_from: str | None = None) -> RunSummary:
+    """Train one run. Under torchrun (or srun with several tasks) every process calls this;
+    rank 0 alone prints, logs and writes files, the others train their shard silently."""
+    import torch
+
+    from trainforge.hardware import resolve_device
+
+    device = torch.device(resolve_device(resolved.config.training.device, platform))
+    dist = parallel.setup(resolved.config.hardware.distributed_backend, device.type)
+    if not dist.enabled:
+        return _train(resolved, platform, device, resume_from)
+    if device.type == "cuda":
+        device = torch.device("cuda", dist.local_rank)
+    quiet = open(os.devnull, "w") if not dist.is_main else None  # noqa: SIM115
+    try:
+        with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
+            summary = _train(resolved, platform, device, resume_from)
+        # Every rank leaves together, after rank 0 has written its files: a rank that tore
+        # its process group down while another still used it could abort at exit.
+        parallel.barrier()
+        return summary
+    except Exception as err:
+        # One line for the job: the rank where it failed names itself and the reason; a rank
+        # that only lost that peer stays quiet (see parallel.failure_line).
+        resume = resume_command(run_folder_for(resolved))
+        line = parallel.failure_line(err, resume=resume)
+        if line is None:
+            raise SystemExit(2) from None
+        raise UserError(line) from None
+    finally:
+        if quiet:
+            quiet.close()
+        parallel.teardown()
+
+
+def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: str | None):
+    """One run while holding its folder (rank 0); the hold ends with the run."""
+    held: list[int] = []
+    try:
+        return _run(resolved, platform, device, resume_from, held)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -> RunSummary:
+    import torch
+
+    from trainforge.engine.batch_fit import resolve_auto_batch
+    from trainforge.engine.state import seed_everything
+    from trainforge.engine.trainer import Trainer
+    from trainforge.hardware.threads import thread_count
+    from trainforge.observe.loggers import build_loggers, flatten
+    from trainforge.run import header, outputs, resume
+    from trainforge.run.callbacks import build_callbacks
+    from trainforge.run.recipe import config_hash, config_yaml
+    from trainforge.tasks import build_task
+
+    folder = run_folder_for(resolved)
+    main = parallel.context().is_main
+    start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
+    recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
+    torch.set_num_threads(thread_count(resolved.config.training.num_threads, recorded))
+    # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
+    resolved, fit_line = resolve_auto_batch(
+        resolved, platform, device, build_task=build_task, start_from=start_from
+    )
+    config = resolved.config
+    seed_everything(config.training.seed)
+    task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
+    text = config_yaml(config)
+    resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
+    parallel.barrier()
+
+    callbacks = build_callbacks(
+        config,
+        build_loggers(config.logging, folder.path, folder.path.name, resume_step) if main else [],
+        progress=config.logging.progress_bar and main,
+        params=flatten(config.model_dump(mode="json")),
+        telemetry=header.telemetry(config, platform) if main else None,
+        profile_dir=folder.path if main else None,
+    )
+    trainer = Trainer(
+        task,
+        config,
+        run_dir=folder.path,
+        device=device,
+        callbacks=callbacks,
+        config_yaml=text,
+        config_hash=config_hash(config),
+        peak_tflops=header.peak_tflops(config, platform, device),
+    )
+    notes = [*resolved.notes, fit_line, trainer.schedule_note]
+    header.print_start(resolved, platform, trainer, folder.path, notes)
+    if main:
+        resume.record_run(folder, resolved, trainer)
+        header.warn_space(folder, config, trainer)
+    if start_from is not None:
+        resume.restore(trainer, start_from, config)
+    result = outputs.fit_or_abort(trainer, folder)
+    return outputs.finish(trainer, result, folder, resolved, platform, callbacks)
