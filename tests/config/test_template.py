@@ -12,9 +12,9 @@ import yaml
 from fakes.in_process import run_in_process
 from trainforge.config import leaf_paths, validate
 from trainforge.config.schema import RunConfig
+from trainforge.config.template import SECTIONS, render_template
 from trainforge.hardware import detect, load_fixture
 from trainforge.profiles import list_profiles, load_profile
-from trainforge.config.template import SECTIONS, render_template
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "hardware" / "fixtures"

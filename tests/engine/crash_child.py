@@ -17,8 +17,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import make_config, make_task
 from trainforge.engine.callbacks import Callback, CheckpointCadence
-from trainforge.run.resume import resume_point
 from trainforge.engine.trainer import Trainer
+from trainforge.run.resume import resume_point
 from trainforge.runfolder import RunFolder
 
 

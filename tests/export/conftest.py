@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from trainforge.config import validate
-from trainforge.train import train
 from trainforge.export import ExportOptions, export
 from trainforge.hardware import detect
+from trainforge.train import train
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 15

@@ -17,11 +17,11 @@ from safetensors.torch import load_file
 from fakes.tiny_lm import lm_corpus, lm_overrides, tiny_llama_chat  # noqa: F401
 from trainforge.config import validate
 from trainforge.config.schema import RunConfig
-from trainforge.train import train
 from trainforge.errors import UserError
 from trainforge.export import export
 from trainforge.hardware import detect
 from trainforge.tasks import build_task
+from trainforge.train import train
 
 
 @pytest.fixture(scope="module")

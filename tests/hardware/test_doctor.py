@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from trainforge.errors import UserError
 from trainforge.doctor import Context, diagnose, main
 from trainforge.doctor.checks import arch_runs_on, checkpoints_kept
 from trainforge.doctor.facts import (
@@ -27,6 +26,7 @@ from trainforge.doctor.facts import (
     read_driver_version,
     read_nv_queue_reports,
 )
+from trainforge.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "fixtures" / "doctor"

@@ -13,8 +13,8 @@ import pytest
 
 from fakes.tiny_lm import lm_overrides
 from trainforge.config import validate
-from trainforge.train import train
 from trainforge.hardware import detect
+from trainforge.train import train
 
 REPO = Path(__file__).resolve().parents[2]
 # A ViT small enough that a few steps on the bundled digits take well under a second.

@@ -228,7 +228,9 @@ def test_killing_one_rank_stops_the_job_and_resume_continues(tmp_path):
     assert time.monotonic() - started < 300
     # The surviving rank says what happened, once, in one line (torchrun adds its summary).
     lines = [line for line in err.splitlines() if "the distributed job failed" in line]
-    assert len(lines) == 1 and "--resume auto" in lines[0], err[-3000:]
+    # ... and how to continue: the run folder's own resume command.
+    resume = f"`trainforge train --resume {tmp_path / 'kill'}`"
+    assert len(lines) == 1 and resume in lines[0], err[-3000:]
     assert "Traceback" not in out
     resumed = run(command(tmp_path, "kill", 2, 32, 12, "--resume", "auto"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]

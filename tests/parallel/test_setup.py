@@ -247,6 +247,14 @@ def test_a_peer_that_vanished_without_a_word_is_reported_once(two_ranks):
     assert parallel.failure_line(PEER_GONE, wait_s=0) is None
 
 
+def test_a_known_run_folder_names_its_own_resume_command(two_ranks):
+    two_ranks(1)
+    resume = "trainforge train --resume runs/vit"
+    line = parallel.failure_line(PEER_GONE, wait_s=0, resume=resume)
+    assert line.endswith("rerun with `trainforge train --resume runs/vit`")
+    assert "--resume auto" not in line
+
+
 def test_peer_loss_is_told_apart_from_a_rank_own_error():
     assert parallel.is_peer_loss(PEER_GONE)
     assert parallel.is_peer_loss(dist.DistNetworkError("store"))

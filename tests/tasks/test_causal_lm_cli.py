@@ -119,8 +119,8 @@ def test_lora_run_writes_an_adapter_that_peft_loads(tmp_path, tiny_llama_chat, l
     from peft import AutoPeftModelForCausalLM
 
     from trainforge.config import validate
-    from trainforge.train import train
     from trainforge.hardware import detect
+    from trainforge.train import train
 
     sets = {
         "training.max_steps": 4,

@@ -17,8 +17,8 @@ longest batch), without torch.compile. A meter measures each step's peak:
 
 The probe works on a throwaway task built from the same config by the caller's task builder
 (the train entry passes `trainforge.tasks.build_task`: the engine imports no task); the run
-then seeds its RNGs and builds its task again, so it starts from exactly the weights, data order and RNG
-state of a run configured with the fitted numbers directly.
+then seeds its RNGs and builds its task again, so it starts from exactly the weights, data
+order and RNG state of a run configured with the fitted numbers directly.
 """
 
 from __future__ import annotations

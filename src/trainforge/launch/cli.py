@@ -29,52 +29,67 @@ from trainforge.subapp import run_subapp
 slurm_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
+# The command's options, one alias each (typer reads the Annotated metadata).
+ConfigArg = Annotated[Path, typer.Argument(help="Run config file (.yaml or .json).")]
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes to run on.")]
+GpusOpt = Annotated[
+    int, typer.Option("--gpus-per-node", min=0, help="GPUs per node, one process each; 0: CPU.")
+]
+TimeOpt = Annotated[str, typer.Option("--time", help="Wall-clock limit, HH:MM:SS or D-HH:MM:SS.")]
+PartitionOpt = Annotated[str | None, typer.Option("--partition", help="Slurm partition.")]
+AccountOpt = Annotated[str | None, typer.Option("--account", help="Slurm account.")]
+JobNameOpt = Annotated[
+    str | None, typer.Option("--job-name", help="Job name (default: the config's name).")
+]
+OutputDirOpt = Annotated[
+    str, typer.Option("--output-dir", help="Folder for the Slurm log and the script.")
+]
+ProcsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--procs-per-node", min=1, help="CPU jobs (--gpus-per-node 0): processes per node."
+    ),
+]
+CpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--cpus-per-task",
+        min=1,
+        help="CPUs per node for torchrun's processes (default: processes x (1 + loader workers)).",
+    ),
+]
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help="Hardware profile name, or auto (default).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override any field: --set training.seed=1 (repeatable)."),
+]
+SbatchOpt = Annotated[
+    list[str] | None,
+    typer.Option("--sbatch", help="Extra #SBATCH option, e.g. --sbatch qos=high (repeatable)."),
+]
+SubmitOpt = Annotated[
+    bool, typer.Option("--submit", help="Write the script to --output-dir and sbatch it.")
+]
+
+
 @slurm_app.command()
 def slurm_command(
-    config: Annotated[Path, typer.Argument(help="Run config file (.yaml or .json).")],
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Nodes to run on.")],
-    gpus_per_node: Annotated[
-        int,
-        typer.Option("--gpus-per-node", min=0, help="GPUs per node, one process each; 0: CPU."),
-    ],
-    time: Annotated[str, typer.Option("--time", help="Wall-clock limit, HH:MM:SS or D-HH:MM:SS.")],
-    partition: Annotated[str | None, typer.Option("--partition", help="Slurm partition.")] = None,
-    account: Annotated[str | None, typer.Option("--account", help="Slurm account.")] = None,
-    job_name: Annotated[
-        str | None, typer.Option("--job-name", help="Job name (default: the config's name).")
-    ] = None,
-    output_dir: Annotated[
-        str, typer.Option("--output-dir", help="Folder for the Slurm log and the script.")
-    ] = "runs/slurm",
-    procs_per_node: Annotated[
-        int | None,
-        typer.Option(
-            "--procs-per-node", min=1, help="CPU jobs (--gpus-per-node 0): processes per node."
-        ),
-    ] = None,
-    cpus_per_task: Annotated[
-        int | None,
-        typer.Option(
-            "--cpus-per-task",
-            min=1,
-            help="CPUs per node for torchrun's processes (default: processes x (1 + loader "
-            "workers)).",
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None, typer.Option("--profile", help="Hardware profile name, or auto (default).")
-    ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override any field: --set training.seed=1 (repeatable)."),
-    ] = None,
-    sbatch_options: Annotated[
-        list[str] | None,
-        typer.Option("--sbatch", help="Extra #SBATCH option, e.g. --sbatch qos=high (repeatable)."),
-    ] = None,
-    do_submit: Annotated[
-        bool, typer.Option("--submit", help="Write the script to --output-dir and sbatch it.")
-    ] = False,
+    config: ConfigArg,
+    nodes: NodesOpt,
+    gpus_per_node: GpusOpt,
+    time: TimeOpt,
+    partition: PartitionOpt = None,
+    account: AccountOpt = None,
+    job_name: JobNameOpt = None,
+    output_dir: OutputDirOpt = "runs/slurm",
+    procs_per_node: ProcsOpt = None,
+    cpus_per_task: CpusOpt = None,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    sbatch_options: SbatchOpt = None,
+    do_submit: SubmitOpt = False,
 ) -> None:
     """Render an sbatch script (srun + torchrun, checkpoint and requeue on SIGUSR1); print it
     or submit it."""
@@ -123,21 +138,10 @@ def build_job(
     """Check every option and the config (for the nodes the job will run on); UserError else."""
     from trainforge.config import validate
 
-    parse_time(time)
-    for flag, value in (("--partition", partition), ("--account", account)):
-        if value is not None:
-            check_name(flag, value)
-    if job_name is not None:
-        check_name("--job-name", job_name, job_name=True)
-    if "\n" in output_dir or not output_dir.strip():
-        raise UserError(f"--output-dir {output_dir!r} is not a folder name", "give a folder path")
-    extra = tuple(check_directive(d) for d in sbatch_options or [])
-    if gpus_per_node and procs_per_node not in (None, gpus_per_node):
-        raise UserError(
-            f"--procs-per-node {procs_per_node} with --gpus-per-node {gpus_per_node}: GPU jobs "
-            "run one process per GPU",
-            "drop --procs-per-node (it is for CPU jobs, --gpus-per-node 0)",
-        )
+    extra = _check_options(
+        time, partition, account, job_name, output_dir, sbatch_options, gpus_per_node,
+        procs_per_node,
+    )  # fmt: skip
     nproc = gpus_per_node or procs_per_node or 1
     # CPU processes talk over Gloo and stay on the CPU even on a node with a GPU (rank 1
     # would otherwise ask for cuda:1); the user's own --set values come later and win.
@@ -170,6 +174,35 @@ def build_job(
         env_bin=str(Path(sys.executable).parent),
         profile_note=_profile_note(resolved.profile.name, resolved.profile_reason, gpus_per_node),
     )
+
+
+def _check_options(
+    time: str,
+    partition: str | None,
+    account: str | None,
+    job_name: str | None,
+    output_dir: str,
+    sbatch_options: list[str] | None,
+    gpus_per_node: int,
+    procs_per_node: int | None,
+) -> tuple[str, ...]:
+    """Every option that can be judged without the config; the extra #SBATCH directives."""
+    parse_time(time)
+    for flag, value in (("--partition", partition), ("--account", account)):
+        if value is not None:
+            check_name(flag, value)
+    if job_name is not None:
+        check_name("--job-name", job_name, job_name=True)
+    if "\n" in output_dir or not output_dir.strip():
+        raise UserError(f"--output-dir {output_dir!r} is not a folder name", "give a folder path")
+    extra = tuple(check_directive(d) for d in sbatch_options or [])
+    if gpus_per_node and procs_per_node not in (None, gpus_per_node):
+        raise UserError(
+            f"--procs-per-node {procs_per_node} with --gpus-per-node {gpus_per_node}: GPU jobs "
+            "run one process per GPU",
+            "drop --procs-per-node (it is for CPU jobs, --gpus-per-node 0)",
+        )
+    return extra
 
 
 def _profile_note(name: str, reason: str, gpus_per_node: int) -> str:

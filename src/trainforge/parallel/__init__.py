@@ -298,9 +298,7 @@ def failure_reports(wait_s: float = 1.0) -> dict[int, str]:
         return {}
 
 
-def failure_line(
-    err: BaseException, wait_s: float = 1.0, resume: str | None = None
-) -> str | None:
+def failure_line(err: BaseException, wait_s: float = 1.0, resume: str | None = None) -> str | None:
     """The one line this rank prints for `err`, or None when another rank speaks for it.
 
     The rank where the error happened names itself and the reason (and records it); a rank

@@ -43,7 +43,10 @@ def build_callbacks(
     if resumable:
         head: list[Callback] = [
             EvalCadence(
-                e.eval_steps, e.eval_every_epochs, e.fast_eval_steps, e.full_eval_on_fast_improvement
+                e.eval_steps,
+                e.eval_every_epochs,
+                e.fast_eval_steps,
+                e.full_eval_on_fast_improvement,
             ),
             CheckpointCadence(c.save_steps, c.save_every_epochs, c.save_best),
             TimeLimit(t.max_training_hours, c.save_on_time_limit),

@@ -192,4 +192,3 @@ def save_final_model(trainer: Any, run_dir: Path, weights: dict | None = None) -
         return
     source = weights if weights is not None else trainer.model.state_dict()
     ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": trainer.config_hash})
-

@@ -20,12 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainforge.errors import UserError
 from trainforge.runfolder import resume_command
+from trainforge.web.app_state import AppState
 from trainforge.web.db import RunRecord
 from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
 from trainforge.web.model_list import list_models
 from trainforge.web.run_files import log_tail, read_records
 from trainforge.web.settings import is_plain_name
-from trainforge.web.app_state import AppState
 
 router = APIRouter(prefix="/api")
 _HEARTBEAT_S = 15.0

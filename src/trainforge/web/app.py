@@ -33,9 +33,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from trainforge import __version__
 from trainforge.hardware import Platform
 from trainforge.web import api
+from trainforge.web.app_state import AppState
 from trainforge.web.model_list import human_bytes, list_models
 from trainforge.web.settings import WebSettings
-from trainforge.web.app_state import AppState
 
 HERE = Path(__file__).parent
 COOKIE = "trainforge_token"
