@@ -146,7 +146,7 @@ def long_functions() -> list[str]:
 def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
     tree = ast.parse("def f():\n    from trainforge import parallel, __version__\n")
     node = tree.body[0].body[0]
-    assert _targets(node, "trainforge.engine.run", False) == [
+    assert _targets(node, "trainforge.engine.trainer", False) == [
         "trainforge.parallel",
         "trainforge",
     ]

@@ -362,11 +362,12 @@ def check_nv_queue(ctx: Context) -> Finding:
 
 
 def _run_dir(ctx: Context) -> Path:
+    """The folder `trainforge train` gives this config's run."""
+    from trainforge.runfolder import for_config
+
     assert ctx.config is not None
     output = ctx.config.output
-    # The same name `trainforge train` gives the run folder (runfolder.for_config).
-    name = output.run_name or (ctx.config_path.stem if ctx.config_path else "run")
-    return Path(output.dir) / name
+    return for_config(output.dir, output.run_name, ctx.config_path).path
 
 
 def estimate_parameters(config: RunConfig) -> int | None:
