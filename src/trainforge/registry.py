@@ -109,6 +109,18 @@ class Registry(Generic[T]):
         return entry
 
 
+def load_object(target: str | Any) -> Any:
+    """`"package.module:attribute"` imported on use; anything else is returned as it is.
+
+    Built-in entries name their torch-heavy builders by this string so that registering them
+    (and validating a config) imports nothing heavy; a plugin may give the callable itself.
+    """
+    if not isinstance(target, str):
+        return target
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
 # The table of registries. Each line names the config key it serves and the module(s) whose
 # import registers the built-in entries.
 OPTIMIZERS: Registry[Any] = Registry(
@@ -119,7 +131,7 @@ SCHEDULES: Registry[Any] = Registry(
 )
 DATASETS: Registry[Any] = Registry("dataset", "data.dataset", ("trainforge.data.catalog",))
 TASKS: Registry[Any] = Registry("task", "task.kind", ("trainforge.tasks.catalog",))
-LOGGERS: Registry[Any] = Registry("logger", "logging.report_to", ("trainforge.observe.loggers",))
+LOGGERS: Registry[Any] = Registry("logger", "logging.loggers", ("trainforge.observe.loggers",))
 EXPORT_FORMATS: Registry[Any] = Registry(
     "export format", "export --format", ("trainforge.export.formats",)
 )

@@ -8,7 +8,8 @@
     safetensors/  the fp32 weights alone
 each with `summary.json` (size, accuracy next to the fp32 reference, batch-1 latency).
 `load_artifact()` reads one back as a predictor; `bench` compares them side by side.
-Task kinds plug in through `trainforge.export.kinds`.
+Formats are registered in `trainforge.registry.EXPORT_FORMATS` (built-ins: `export.formats`);
+task kinds plug in through their `trainforge.registry.TASKS` entry (see `export.kinds`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 # Imported on first use: `trainforge export --format typo` answers before torch loads.
 _PUBLIC = {
-    "FORMATS": "trainforge.export.options",
     "ExportOptions": "trainforge.export.options",
     "Result": "trainforge.export.pipeline",
     "export": "trainforge.export.pipeline",
