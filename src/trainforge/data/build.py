@@ -107,7 +107,12 @@ def hold_on_device(
 
 def dataset_entry(cfg: Any) -> DatasetEntry:
     """The registered entry `cfg.dataset` names; an image dataset with a loader."""
-    entry = DATASETS.get(cfg.dataset)
+    entry = DATASETS.find(cfg.dataset)
+    if entry is None:
+        raise UserError(
+            f"data.dataset is {cfg.dataset!r}, which is not a known dataset",
+            f"use one of: {', '.join(DATASETS.names())}",
+        )
     if entry.load is None:
         raise UserError(
             f"data.dataset = {cfg.dataset!r} is read by task {entry.task}, not as images",
