@@ -243,7 +243,7 @@ def test_export_choices_come_from_the_registry():
     from trainforge.export.options import check_formats
 
     assert check_formats(["all"]) == EXPORT_FORMATS.names()
-    assert FORMAT_CHOICES == ", ".join(EXPORT_FORMATS.names())
+    assert ", ".join(EXPORT_FORMATS.names()) == FORMAT_CHOICES
     with pytest.raises(UserError) as caught:
         check_formats(["onxx"])
     line = caught.value.line()
@@ -355,4 +355,3 @@ def test_a_bad_detect_rule_is_one_user_error(tmp_path):
     with pytest.raises(UserError) as caught:
         load_profile(str(path))
     assert "\n" not in caught.value.line() and "unknown keys ['gpu']" in caught.value.line()
-
