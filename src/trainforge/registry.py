@@ -121,6 +121,20 @@ def load_object(target: str | Any) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
+def lazy_attributes(package: str, modules: dict[str, tuple[str, ...]]) -> Callable[[str], Any]:
+    """A package's module `__getattr__` (PEP 562): each name in `modules[module]` is imported
+    from that module on first use, so importing the package (e.g. to reach its registry
+    entries) costs nothing heavy."""
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(where[name]), name)
+
+    return __getattr__
+
+
 # The table of registries. Each line names the config key it serves and the module(s) whose
 # import registers the built-in entries.
 OPTIMIZERS: Registry[Any] = Registry(

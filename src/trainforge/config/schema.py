@@ -9,9 +9,16 @@ and docs/configuration.md are generated from them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from trainforge.registry import (
     CLASS_PATH,
@@ -25,6 +32,13 @@ from trainforge.registry import (
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Device = Literal["auto", "cuda", "mps", "cpu"]
+
+
+def Registered(registry: Registry) -> Any:
+    """A string that must be a name in `registry`; otherwise the registry's one-line
+    did-you-mean error. Checked at validation time, so names registered later count."""
+
+    return Annotated[str, AfterValidator(lambda value: registered(registry, value))]
 
 
 def registered(registry: Registry, value: str) -> str:
@@ -52,16 +66,11 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    kind: str = Field(
+    kind: Registered(TASKS) = Field(
         "image-classification",
         description=f"What is trained: {choices(TASKS)}. The task supplies model, batches, "
         "loss and metrics; more kinds: trainforge.registry.TASKS.register.",
     )
-
-    @field_validator("kind")
-    @classmethod
-    def _known_task(cls, value: str) -> str:
-        return registered(TASKS, value)
 
     label_smoothing: float = Field(
         0.1, ge=0.0, lt=1.0, description="Label smoothing α for cross-entropy (ViT guide: 0.1)."
@@ -108,16 +117,11 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    dataset: str = Field(
+    dataset: Registered(DATASETS) = Field(
         "cifar10",
         description=f"The dataset: {choices(DATASETS)}. More datasets: "
         "trainforge.registry.DATASETS.register.",
     )
-
-    @field_validator("dataset")
-    @classmethod
-    def _known_dataset(cls, value: str) -> str:
-        return registered(DATASETS, value)
 
     train_file: str | None = Field(
         None, description="text: training records (.json, .jsonl or .tsv)."

@@ -8,22 +8,11 @@ the dataset registry (`trainforge.data.catalog`, config validation) imports no t
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from trainforge.registry import lazy_attributes
 
-_NAMES = {
-    "BatchAugment": "trainforge.data.augment",
-    "crop_flip": "trainforge.data.augment",
-    "ImageData": "trainforge.data.build",
-    "build_image_data": "trainforge.data.build",
+_MODULES = {
+    "trainforge.data.augment": ("BatchAugment", "crop_flip"),
+    "trainforge.data.build": ("ImageData", "build_image_data"),
 }
-
-__all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_NAMES[name]), name)
-    globals()[name] = value
-    return value
+__all__ = sorted(name for names in _MODULES.values() for name in names)
+__getattr__ = lazy_attributes(__name__, _MODULES)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 # Square side of image-folder images when data.image_size is unset.
 DEFAULT_IMAGE_SIZE = 32
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,7 @@ DATASETS.register(
         image_size=32,
         num_classes=10,
         # The ViT guide's augmentation: RandomCrop(32, padding=4), flips, CIFAR-10 statistics.
-        augment=AugmentDefaults(
-            crop_padding_px=4,
-            horizontal_flip=True,
-            mean=(0.4914, 0.4822, 0.4465),
-            std=(0.2023, 0.1994, 0.2010),
-        ),
+        augment=AugmentDefaults(4, True, CIFAR10_MEAN, CIFAR10_STD),
     ),
 )
 DATASETS.register(
@@ -113,12 +110,7 @@ DATASETS.register(
         "trainforge.data.image_folder:splits_from_config",
         channels=3,
         # ImageNet statistics: the usual choice for photos of unknown origin.
-        augment=AugmentDefaults(
-            crop_padding_px=4,
-            horizontal_flip=True,
-            mean=(0.485, 0.456, 0.406),
-            std=(0.229, 0.224, 0.225),
-        ),
+        augment=AugmentDefaults(4, True, IMAGENET_MEAN, IMAGENET_STD),
     ),
 )
 DATASETS.register(
