@@ -12,7 +12,14 @@ Layering: this module sits at the bottom (it imports only `trainforge.errors`), 
 can read the names without importing the packages that own the entries. Each registry
 names the modules that register its built-in entries (`builtins`); they are imported by
 name on the first lookup, the same way a plugin system reads entry points. Those modules
-must not import torch at module level, so config validation stays light.
+must not import torch at module level, so config validation stays light: their heavy
+builders are named as "module:attribute" strings that `load_object` imports on use, and
+packages re-export their heavy names through `lazy_attributes`.
+
+Entry types (defined by the owning package): optimizers and schedules are builder
+functions (`engine.optimizers`, `engine.schedule`); `data.catalog.DatasetEntry`,
+`tasks.catalog.TaskEntry`, `observe.loggers.LoggerEntry`, `export.formats.ExportFormat`,
+`profiles.ProfileEntry`.
 
 Libraries considered: `catalogue` (spaCy's registries) and Python entry points. Entry points
 need an installed distribution per plugin (a test's toy optimizer is not one); `catalogue`
