@@ -355,3 +355,26 @@ def test_a_bad_detect_rule_is_one_user_error(tmp_path):
     with pytest.raises(UserError) as caught:
         load_profile(str(path))
     assert "\n" not in caught.value.line() and "unknown keys ['gpu']" in caught.value.line()
+
+
+@pytest.mark.parametrize("on_missing", ["skip", "stop"])
+def test_a_logger_whose_package_is_missing_is_skipped_or_one_line(on_missing, tmp_path, capsys):
+    from trainforge.observe.loggers import LoggerEntry, build_loggers
+
+    def factory(cfg, run_dir, run_name, resume_step):
+        raise ImportError("no module named toytracker")
+
+    LOGGERS.register("toytracker", LoggerEntry("a tracker", factory, None, "track", on_missing))
+    try:
+        cfg = config("logging.loggers=[toytracker]").logging
+        if on_missing == "skip":
+            assert build_loggers(cfg, tmp_path) == []
+            assert "toytracker logging off" in capsys.readouterr().out
+        else:
+            with pytest.raises(UserError) as caught:
+                build_loggers(cfg, tmp_path)
+            line = caught.value.line()
+            assert "\n" not in line and "logging.loggers has toytracker" in line
+            assert "pip install 'trainforge[track]'" in line
+    finally:
+        LOGGERS.unregister("toytracker")
