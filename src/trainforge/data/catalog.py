@@ -65,7 +65,8 @@ class DatasetEntry:
 
 
 def image_dataset_names() -> list[str]:
-    """The datasets the web dialog offers for image classification."""
+    """The datasets the web dialog offers for image classification, in registration order
+    (digits first: it trains offline in seconds)."""
     return [name for name, entry in DATASETS.items() if entry.image]
 
 
@@ -74,19 +75,6 @@ def dataset_help() -> str:
     return "; ".join(f"{name} ({entry.description})" for name, entry in DATASETS.items())
 
 
-DATASETS.register(
-    "cifar10",
-    DatasetEntry(
-        "torchvision's CIFAR-10 reader: 32x32 RGB, 10 classes; downloads into data.root "
-        "when data.download is on",
-        "trainforge.data.cifar:splits_from_config",
-        channels=3,
-        image_size=32,
-        num_classes=10,
-        # The ViT guide's augmentation: RandomCrop(32, padding=4), flips, CIFAR-10 statistics.
-        augment=AugmentDefaults(4, True, CIFAR10_MEAN, CIFAR10_STD),
-    ),
-)
 DATASETS.register(
     "digits",
     DatasetEntry(
@@ -100,6 +88,19 @@ DATASETS.register(
         augment=AugmentDefaults(
             crop_padding_px=1, horizontal_flip=False, mean=(0.3053,), std=(0.3759,)
         ),
+    ),
+)
+DATASETS.register(
+    "cifar10",
+    DatasetEntry(
+        "torchvision's CIFAR-10 reader: 32x32 RGB, 10 classes; downloads into data.root "
+        "when data.download is on",
+        "trainforge.data.cifar:splits_from_config",
+        channels=3,
+        image_size=32,
+        num_classes=10,
+        # The ViT guide's augmentation: RandomCrop(32, padding=4), flips, CIFAR-10 statistics.
+        augment=AugmentDefaults(4, True, CIFAR10_MEAN, CIFAR10_STD),
     ),
 )
 DATASETS.register(
