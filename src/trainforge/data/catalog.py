@@ -93,14 +93,13 @@ DATASETS.register(
 DATASETS.register(
     "cifar10",
     DatasetEntry(
-        "torchvision's CIFAR-10 reader: 32x32 RGB, 10 classes; downloads into data.root "
-        "when data.download is on",
+        "torchvision's CIFAR-10: 32x32 RGB, 10 classes, downloaded into data.root if allowed",
         "trainforge.data.cifar:splits_from_config",
+        # The ViT guide's augmentation: RandomCrop(32, padding=4), flips, CIFAR-10 statistics.
+        augment=AugmentDefaults(4, True, CIFAR10_MEAN, CIFAR10_STD),
         channels=3,
         image_size=32,
         num_classes=10,
-        # The ViT guide's augmentation: RandomCrop(32, padding=4), flips, CIFAR-10 statistics.
-        augment=AugmentDefaults(4, True, CIFAR10_MEAN, CIFAR10_STD),
     ),
 )
 DATASETS.register(
