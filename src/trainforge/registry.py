@@ -12,7 +12,14 @@ Layering: this module sits at the bottom (it imports only `trainforge.errors`), 
 can read the names without importing the packages that own the entries. Each registry
 names the modules that register its built-in entries (`builtins`); they are imported by
 name on the first lookup, the same way a plugin system reads entry points. Those modules
-must not import torch at module level, so config validation stays light.
+must not import torch at module level, so config validation stays light: their heavy
+builders are named as "module:attribute" strings that `load_object` imports on use, and
+packages re-export their heavy names through `lazy_attributes`.
+
+Entry types (defined by the owning package): optimizers and schedules are builder
+functions (`engine.optimizers`, `engine.schedule`); `data.catalog.DatasetEntry`,
+`tasks.catalog.TaskEntry`, `observe.loggers.LoggerEntry`, `export.formats.ExportFormat`,
+`profiles.ProfileEntry`.
 
 Libraries considered: `catalogue` (spaCy's registries) and Python entry points. Entry points
 need an installed distribution per plugin (a test's toy optimizer is not one); `catalogue`
@@ -109,6 +116,32 @@ class Registry(Generic[T]):
         return entry
 
 
+def load_object(target: str | Any) -> Any:
+    """`"package.module:attribute"` imported on use; anything else is returned as it is.
+
+    Built-in entries name their torch-heavy builders by this string so that registering them
+    (and validating a config) imports nothing heavy; a plugin may give the callable itself.
+    """
+    if not isinstance(target, str):
+        return target
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def lazy_attributes(package: str, modules: dict[str, tuple[str, ...]]) -> Callable[[str], Any]:
+    """A package's module `__getattr__` (PEP 562): each name in `modules[module]` is imported
+    from that module on first use, so importing the package (e.g. to reach its registry
+    entries) costs nothing heavy."""
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(where[name]), name)
+
+    return __getattr__
+
+
 # The table of registries. Each line names the config key it serves and the module(s) whose
 # import registers the built-in entries.
 OPTIMIZERS: Registry[Any] = Registry(
@@ -119,7 +152,7 @@ SCHEDULES: Registry[Any] = Registry(
 )
 DATASETS: Registry[Any] = Registry("dataset", "data.dataset", ("trainforge.data.catalog",))
 TASKS: Registry[Any] = Registry("task", "task.kind", ("trainforge.tasks.catalog",))
-LOGGERS: Registry[Any] = Registry("logger", "logging.report_to", ("trainforge.observe.loggers",))
+LOGGERS: Registry[Any] = Registry("logger", "logging.loggers", ("trainforge.observe.loggers",))
 EXPORT_FORMATS: Registry[Any] = Registry(
     "export format", "export --format", ("trainforge.export.formats",)
 )

@@ -85,14 +85,18 @@ def test_examples_cover_the_guide_models():
     assert models["vit_cifar10"]["num_heads"] == 6
 
 
-def test_profile_may_not_set_what_to_train(tmp_path, monkeypatch):
-    from trainforge import profiles
+def test_profile_may_not_set_what_to_train(tmp_path):
+    from trainforge.profiles import ProfileEntry
+    from trainforge.registry import PROFILES
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("description: x\nsettings:\n  model:\n    num_layers: 2\n")
-    monkeypatch.setattr(profiles.resources, "files", lambda _pkg: tmp_path)
-    with pytest.raises(UserError, match="describes what to train"):
-        load_profile("bad")
+    PROFILES.register("bad", ProfileEntry.from_file(bad))
+    try:
+        with pytest.raises(UserError, match="describes what to train"):
+            load_profile("bad")
+    finally:
+        PROFILES.unregister("bad")
 
 
 @pytest.mark.parametrize("name", sorted(PROFILE_MACHINE))

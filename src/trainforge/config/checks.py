@@ -10,17 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainforge.config.schema import RunConfig
+from trainforge.registry import DATASETS
 
 if TYPE_CHECKING:
     from trainforge.config.plan import Target
 
-# Side length and channel count of each built-in data set's images.
-DATASET_SHAPES = {"cifar10": (32, 3), "digits": (8, 1)}
-
 
 def image_shape(config: RunConfig) -> tuple[int, int]:
-    """(side in pixels, channels) of the images the model will see."""
-    return DATASET_SHAPES.get(config.data.dataset, (config.data.image_size or 32, 3))
+    """(side in pixels, channels) of the images the model will see (the dataset's entry)."""
+    entry = DATASETS.get(config.data.dataset)
+    return entry.side(config.data.image_size), entry.channels or 3
 
 
 def check(config: RunConfig, target: Target | None = None) -> list[str]:
@@ -84,13 +83,13 @@ def _data_rules(c: RunConfig) -> list[str]:
             f"data.normalize_mean = {d.normalize_mean}: {d.dataset} images have {channels} "
             f"channel(s); give {channels} value(s) or remove it"
         )
-    if d.dataset in DATASET_SHAPES and d.image_size is not None:
-        side, _ = DATASET_SHAPES[d.dataset]
-        if d.image_size != side:
-            out.append(
-                f"data.image_size = {d.image_size}: {d.dataset} images are {side}x{side}; "
-                "remove data.image_size (it applies to image-folder only)"
-            )
+    side = DATASETS.get(d.dataset).image_size
+    if side is not None and d.image_size is not None and d.image_size != side:
+        resized = [n for n, e in DATASETS.items() if e.channels and e.image_size is None]
+        out.append(
+            f"data.image_size = {d.image_size}: {d.dataset} images are {side}x{side}; "
+            f"remove data.image_size (it applies to {', '.join(resized)} only)"
+        )
     return out
 
 

@@ -1,4 +1,6 @@
-"""The configuration reference (docs/configuration.md), generated from the schema itself.
+"""The configuration reference (docs/configuration.md), generated from the schema itself
+and from the registries (`trainforge.registry`): every section's fields, then every name each
+extension point knows with its one-line description.
 
 A test fails when the file is stale; regenerate with `python -m trainforge.config.reference`.
 """
@@ -7,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, describe
+from trainforge.registry import all_registries
 
 INTRO = """# Configuration reference
 
@@ -55,7 +58,26 @@ def render() -> str:
                 )
         else:
             lines.append(f"\n`{name}` (top level, default `{info.default}`): {info.description}\n")
+    lines.extend(registry_lines())
     return "\n".join(lines).rstrip() + "\n"
+
+
+def registry_lines() -> list[str]:
+    """The registered names of every extension point, as a markdown section."""
+    lines = [
+        "\n## Registered names\n",
+        "Each extension point is a registry keyed by the name the config uses "
+        "(`trainforge.registry`); a project adds its own with `REGISTRY.register(name, entry)` "
+        "(see docs/architecture.md).",
+    ]
+    for kind, registry in all_registries().items():
+        entries = registry.items()
+        if entries:
+            lines.append(f"\n### {kind} (`{registry.config_key}`)\n")
+        for name, entry in entries:
+            text = describe(entry)
+            lines.append(f"- `{name}`: {text}" if text else f"- `{name}`")
+    return lines
 
 
 def write(path: Path) -> None:

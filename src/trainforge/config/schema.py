@@ -9,14 +9,54 @@ and docs/configuration.md are generated from them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from trainforge.registry import CLASS_PATH, OPTIMIZERS
+from trainforge.registry import (
+    CLASS_PATH,
+    DATASETS,
+    LOGGERS,
+    OPTIMIZERS,
+    PROFILES,
+    TASKS,
+    Registry,
+)
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Device = Literal["auto", "cuda", "mps", "cpu"]
+
+
+def Registered(registry: Registry) -> Any:
+    """A string that must be a name in `registry`; otherwise the registry's one-line
+    did-you-mean error. Checked at validation time, so names registered later count."""
+
+    return Annotated[str, AfterValidator(lambda value: registered(registry, value))]
+
+
+def registered(registry: Registry, value: str) -> str:
+    """`value` when `registry` has it; else the registry's one-line did-you-mean error."""
+    if value not in registry:
+        raise ValueError(registry.unknown_message(value))
+    return value
+
+
+def choices(registry: Registry) -> str:
+    """`name (description)` for every registered name: the fields' documentation."""
+    return "; ".join(f"{name} ({describe(entry)})" for name, entry in registry.items())
+
+
+def describe(entry: object) -> str:
+    """An entry's one-line description (its `description`, else its docstring's first line)."""
+    text = getattr(entry, "description", None) or (getattr(entry, "__doc__", None) or "")
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 class Section(BaseModel):
@@ -26,11 +66,12 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    kind: Literal["image-classification", "causal-lm"] = Field(
+    kind: Registered(TASKS) = Field(
         "image-classification",
-        description="What is trained: image-classification (ViT) or causal-lm (Hugging Face "
-        "language model fine-tuning); the task supplies model, batches, loss and metrics.",
+        description=f"What is trained: {choices(TASKS)}. The task supplies model, batches, "
+        "loss and metrics; more kinds: trainforge.registry.TASKS.register.",
     )
+
     label_smoothing: float = Field(
         0.1, ge=0.0, lt=1.0, description="Label smoothing α for cross-entropy (ViT guide: 0.1)."
     )
@@ -76,11 +117,12 @@ class ModelConfig(Section):
 
 
 class DataConfig(Section):
-    dataset: Literal["cifar10", "digits", "image-folder", "text"] = Field(
+    dataset: Registered(DATASETS) = Field(
         "cifar10",
-        description="cifar10 (torchvision), digits (scikit-learn, offline), image-folder, or "
-        "text (JSON/JSONL prompt/response or chat messages, or TSV source<TAB>target).",
+        description=f"The dataset: {choices(DATASETS)}. More datasets: "
+        "trainforge.registry.DATASETS.register.",
     )
+
     train_file: str | None = Field(
         None, description="text: training records (.json, .jsonl or .tsv)."
     )
@@ -389,6 +431,17 @@ class LoggingConfig(Section):
     wandb_dir: str | None = Field(
         None, description="Parent folder of W&B run files (None: the run folder)."
     )
+    loggers: list[str] = Field(
+        [],
+        description=f"Loggers turned on by name, beside the switches above: {choices(LOGGERS)}. "
+        "More loggers: trainforge.registry.LOGGERS.register.",
+    )
+
+    @field_validator("loggers")
+    @classmethod
+    def _known_loggers(cls, value: list[str]) -> list[str]:
+        return [registered(LOGGERS, name) for name in value]
+
     progress_interval_s: float = Field(
         30.0,
         ge=0.0,
@@ -487,7 +540,11 @@ class RunConfig(Section):
     """A whole run. Cross-field rules live in `trainforge.config.checks`."""
 
     name: str | None = Field(None, description="Human name of the config.")
-    profile: str = Field("auto", description="Hardware profile name, or auto to detect.")
+    profile: str = Field(
+        "auto",
+        description=f"Hardware profile: {', '.join(PROFILES.names())}, a profile file "
+        "(.yaml), or auto to pick by the hardware found.",
+    )
     notes: str | None = Field(None, description="Free text shown next to the run.")
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()

@@ -1,7 +1,8 @@
 """Entry point of `trainforge.data`: config `data` section -> loaders + augmentation + metadata.
 
-Owns `ImageData`, `build_image_data`, picking the dataset by name and resolving the
-augmentation fields the config leaves as None to each dataset's defaults.
+Owns `ImageData`, `build_image_data`, loading the dataset `data.dataset` names through its
+`trainforge.registry.DATASETS` entry (see `data.catalog`) and resolving the augmentation
+fields the config leaves as None to that entry's defaults.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.augment import BatchAugment
+from trainforge.data.catalog import AugmentDefaults, DatasetEntry, image_dataset_names
 from trainforge.data.loaders import make_loader
 from trainforge.data.memory import LoadedSplits, TensorImageDataset
 from trainforge.errors import UserError
-
-DATASET_NAMES = ("cifar10", "digits", "image-folder")
+from trainforge.registry import DATASETS
 
 
 @dataclass
@@ -44,7 +45,8 @@ def build_image_data(
     for them: a batch is one tensor gather, cheaper than shipping it from a worker process.
     On an accelerator they are held there whole, as uint8, when they fit (`hold_on_device`).
     """
-    splits = _load_splits(cfg)
+    entry = dataset_entry(cfg)
+    splits = entry.load_splits(cfg)
     on_device = device is not None and hold_on_device(splits, device)
     common = {
         "cfg": cfg,
@@ -61,7 +63,7 @@ def build_image_data(
         channels=splits.channels,
         image_size=splits.image_size,
         class_names=list(splits.class_names),
-        augment=build_augment(cfg, splits),
+        augment=build_augment(cfg, splits, entry.augment or _plain(splits.channels)),
         num_train=len(splits.train),
         num_val=len(splits.val),
     )
@@ -103,31 +105,30 @@ def hold_on_device(
     return True
 
 
-def _load_splits(cfg: Any) -> LoadedSplits:
-    name = cfg.dataset
-    if name == "digits":
-        from trainforge.data.digits import load_digits_splits
-
-        return load_digits_splits(cfg.val_fraction)
-    if name == "cifar10":
-        from trainforge.data.cifar import load_cifar10_splits
-
-        return load_cifar10_splits(cfg.root, bool(cfg.download))
-    if name == "image-folder":
-        from trainforge.data.image_folder import load_image_folder_splits
-
-        return load_image_folder_splits(
-            cfg.root, cfg.image_size, cfg.val_fraction, cfg.skip_bad_images
+def dataset_entry(cfg: Any) -> DatasetEntry:
+    """The registered entry `cfg.dataset` names; an image dataset with a loader."""
+    entry = DATASETS.find(cfg.dataset)
+    if entry is None:
+        raise UserError(
+            f"data.dataset is {cfg.dataset!r}, which is not a known dataset",
+            f"use one of: {', '.join(DATASETS.names())}",
         )
-    raise UserError(
-        f"data.dataset is {name!r}, which is not a known dataset",
-        f"use one of: {', '.join(DATASET_NAMES)}",
-    )
+    if entry.load is None:
+        raise UserError(
+            f"data.dataset = {cfg.dataset!r} is read by task {entry.task}, not as images",
+            f"set task.kind={entry.task}, or use an image dataset: "
+            f"{', '.join(image_dataset_names())}",
+        )
+    return entry
 
 
-def build_augment(cfg: Any, splits: LoadedSplits) -> BatchAugment:
+def _plain(channels: int) -> AugmentDefaults:
+    # A registered dataset without augmentation defaults: no crop, no flip, pixels in 0..1.
+    return AugmentDefaults(0, False, (0.0,) * channels, (1.0,) * channels)
+
+
+def build_augment(cfg: Any, splits: LoadedSplits, defaults: AugmentDefaults) -> BatchAugment:
     """BatchAugment from the config, falling back to the dataset's defaults field by field."""
-    defaults = splits.defaults
     padding_px = defaults.crop_padding_px
     if cfg.random_crop_padding is not None:
         padding_px = int(cfg.random_crop_padding)

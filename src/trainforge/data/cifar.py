@@ -12,22 +12,25 @@ import pickle
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import torch
 
-from trainforge.data.memory import AugmentDefaults, LoadedSplits, TensorImageDataset
+from trainforge.data.memory import LoadedSplits, TensorImageDataset
 from trainforge.errors import UserError
+
+if TYPE_CHECKING:
+    from trainforge.config.schema import DataConfig
 
 CIFAR_HOME_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 CIFAR_IMAGE_SIZE = 32
-CIFAR10_DEFAULTS = AugmentDefaults(
-    crop_padding_px=4,
-    horizontal_flip=True,
-    mean=(0.4914, 0.4822, 0.4465),
-    std=(0.2023, 0.1994, 0.2010),
-)
 # What a damaged pickle raises inside torchvision's reader (it only checks MD5s, not contents).
 _CORRUPT_ERRORS = (pickle.UnpicklingError, EOFError, KeyError, ValueError, IndexError, TypeError)
+
+
+def splits_from_config(cfg: DataConfig) -> LoadedSplits:
+    """The `cifar10` entry's loader (see `trainforge.data.catalog`)."""
+    return load_cifar10_splits(cfg.root, bool(cfg.download))
 
 
 def load_cifar10_splits(root: str, download: bool) -> LoadedSplits:
@@ -43,7 +46,6 @@ def load_cifar10_splits(root: str, download: bool) -> LoadedSplits:
         class_names=[str(name) for name in train_set.classes],
         channels=3,
         image_size=CIFAR_IMAGE_SIZE,
-        defaults=CIFAR10_DEFAULTS,
         batched_fetch=True,
     )
 

@@ -16,27 +16,18 @@ from __future__ import annotations
 import gzip
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from trainforge.data.memory import (
-    AugmentDefaults,
-    LoadedSplits,
-    TensorImageDataset,
-    fixed_split_indices,
-)
+from trainforge.data.memory import LoadedSplits, TensorImageDataset, fixed_split_indices
+
+if TYPE_CHECKING:
+    from trainforge.config.schema import DataConfig
 
 DIGITS_IMAGE_SIZE = 8
 DIGITS_MAX_VALUE = 16
-# Mean/std of all 1797 images after scaling to 0..1, computed once; constants so the normalization
-# does not depend on which split is loaded.
-DIGITS_DEFAULTS = AugmentDefaults(
-    crop_padding_px=1,
-    horizontal_flip=False,  # digits are not mirror-symmetric: a flipped 2 is not a 2
-    mean=(0.3053,),
-    std=(0.3759,),
-)
 
 
 def digits_file() -> Path | None:
@@ -64,6 +55,11 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def splits_from_config(cfg: DataConfig) -> LoadedSplits:
+    """The `digits` entry's loader (see `trainforge.data.catalog`)."""
+    return load_digits_splits(cfg.val_fraction)
+
+
 def load_digits_splits(val_fraction: float) -> LoadedSplits:
     """Load the digits as uint8 [N,1,8,8] and split off the last `val_fraction` share."""
     pixels, targets = read_digits()
@@ -79,6 +75,5 @@ def load_digits_splits(val_fraction: float) -> LoadedSplits:
         class_names=[str(name) for name in range(10)],
         channels=1,
         image_size=DIGITS_IMAGE_SIZE,
-        defaults=DIGITS_DEFAULTS,
         batched_fetch=True,
     )

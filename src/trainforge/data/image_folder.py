@@ -9,22 +9,20 @@ image that validation's sample did not reach still stops the run in one line nam
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from trainforge.data.memory import AugmentDefaults, LoadedSplits, fixed_split_indices
+from trainforge.data.catalog import DEFAULT_IMAGE_SIZE
+from trainforge.data.memory import LoadedSplits, fixed_split_indices
 from trainforge.errors import UserError
 
-DEFAULT_IMAGE_SIZE = 32
-IMAGENET_DEFAULTS = AugmentDefaults(
-    crop_padding_px=4,
-    horizontal_flip=True,
-    mean=(0.485, 0.456, 0.406),
-    std=(0.229, 0.224, 0.225),
-)
+if TYPE_CHECKING:
+    from trainforge.config.schema import DataConfig
 
 
 class UnreadableImageError(UserError):
@@ -69,6 +67,11 @@ class ImageFileDataset(Dataset):
         return pixels.permute(2, 0, 1).contiguous(), label
 
 
+def splits_from_config(cfg: DataConfig) -> LoadedSplits:
+    """The `image-folder` entry's loader (see `trainforge.data.catalog`)."""
+    return load_image_folder_splits(cfg.root, cfg.image_size, cfg.val_fraction, cfg.skip_bad_images)
+
+
 def load_image_folder_splits(
     root: str, image_size: int | None, val_fraction: float, skip_bad_images: bool = False
 ) -> LoadedSplits:
@@ -96,6 +99,5 @@ def load_image_folder_splits(
         class_names=scan.class_names,
         channels=3,
         image_size=size,
-        defaults=IMAGENET_DEFAULTS,
         batched_fetch=False,
     )

@@ -22,16 +22,6 @@ from trainforge.errors import UserError
 SPLIT_SEED = 0
 
 
-@dataclass(frozen=True)
-class AugmentDefaults:
-    """Per-dataset augmentation defaults, used where the config leaves a field as None."""
-
-    crop_padding_px: int
-    horizontal_flip: bool
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-
 @dataclass
 class LoadedSplits:
     """Train and validation datasets plus what the model and augmentation need to know."""
@@ -41,7 +31,6 @@ class LoadedSplits:
     class_names: list[str]
     channels: int
     image_size: int
-    defaults: AugmentDefaults
     # In-memory datasets hand back whole batches from __getitems__ and need passthrough_collate.
     batched_fetch: bool
 

@@ -8,28 +8,19 @@
     safetensors/  the fp32 weights alone
 each with `summary.json` (size, accuracy next to the fp32 reference, batch-1 latency).
 `load_artifact()` reads one back as a predictor; `bench` compares them side by side.
-Task kinds plug in through `trainforge.export.kinds`.
+Formats are registered in `trainforge.registry.EXPORT_FORMATS` (built-ins: `export.formats`);
+task kinds plug in through their `trainforge.registry.TASKS` entry (see `export.kinds`).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from trainforge.registry import lazy_attributes
 
 # Imported on first use: `trainforge export --format typo` answers before torch loads.
-_PUBLIC = {
-    "FORMATS": "trainforge.export.options",
-    "ExportOptions": "trainforge.export.options",
-    "Result": "trainforge.export.pipeline",
-    "export": "trainforge.export.pipeline",
-    "Artifact": "trainforge.export.artifacts",
-    "find_artifacts": "trainforge.export.artifacts",
-    "load_artifact": "trainforge.export.artifacts",
+_MODULES = {
+    "trainforge.export.options": ("ExportOptions",),
+    "trainforge.export.pipeline": ("Result", "export"),
+    "trainforge.export.artifacts": ("Artifact", "find_artifacts", "load_artifact"),
 }
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'trainforge.export' has no attribute {name!r}")
-    return getattr(importlib.import_module(_PUBLIC[name]), name)
+__all__ = sorted(name for names in _MODULES.values() for name in names)
+__getattr__ = lazy_attributes(__name__, _MODULES)

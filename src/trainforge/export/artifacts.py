@@ -5,8 +5,9 @@ runtime, size, accuracy, latency, input spec, model facts) and, for PyTorch arti
 run's `config.yaml`, from which the model is rebuilt. It is written under a hidden name and
 renamed into place when complete, so a failed export leaves the previous artifact intact.
 Runtimes: `torch` (fp32 safetensors), `torch-int8` (dynamic INT8 Linear layers, see
-`int8.py`) and `onnxruntime` (any ONNX model, fp32 or QDQ INT8); `transformers` folders
-(merged causal LMs) load with transformers itself.
+`int8.py`) and `onnxruntime` (any ONNX model, fp32 or QDQ INT8), each loaded by the predictor
+loader its format registers (`export.formats`); `transformers` folders (merged causal LMs)
+load with transformers itself.
 """
 
 from __future__ import annotations
@@ -168,19 +169,16 @@ class Artifact:
         return cls.example_input(self.summary["model"], batch_size, seed).numpy()
 
     def predictor(self, device: str = "cpu", threads: int | None = None):
-        if self.runtime not in ("onnxruntime", "torch", "torch-int8"):
+        """The artifact as a predictor, loaded by its runtime's registered loader."""
+        from trainforge.export.formats import predictor_loader
+
+        load = predictor_loader(self.runtime)
+        if load is None:
             raise UserError(
                 f"{self.folder}: {self.runtime} artifacts have no predictor here",
                 "load it with its own library (see load_with in its summary.json)",
             )
-        if self.runtime == "onnxruntime":
-            return OrtPredictor(self.model_file, device, threads)
-        if self.runtime == "torch-int8" and device != "cpu":
-            raise UserError(
-                f"{self.folder}: dynamic INT8 PyTorch models run on the CPU only",
-                "benchmark it with --device cpu",
-            )
-        return TorchPredictor(self.torch_model(), device)
+        return load(self, device, threads)
 
     def torch_model(self) -> torch.nn.Module:
         from trainforge.config.schema import RunConfig
@@ -197,6 +195,21 @@ class Artifact:
 
         model.load_state_dict(load_file(str(self.model_file)))
         return model.eval()
+
+
+def ort_predictor(artifact: Artifact, device: str, threads: int | None) -> OrtPredictor:
+    """Runtime `onnxruntime`: any ONNX model, fp32 or QDQ INT8."""
+    return OrtPredictor(artifact.model_file, device, threads)
+
+
+def torch_predictor(artifact: Artifact, device: str, threads: int | None) -> TorchPredictor:
+    """Runtimes `torch` (fp32 safetensors) and `torch-int8` (CPU only)."""
+    if artifact.runtime == "torch-int8" and device != "cpu":
+        raise UserError(
+            f"{artifact.folder}: dynamic INT8 PyTorch models run on the CPU only",
+            "benchmark it with --device cpu",
+        )
+    return TorchPredictor(artifact.torch_model(), device)
 
 
 def _read_summary(folder: Path) -> dict[str, Any] | None:

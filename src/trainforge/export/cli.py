@@ -11,7 +11,10 @@ from typing import Annotated
 
 import typer
 
+from trainforge.registry import EXPORT_FORMATS
 from trainforge.subapp import run_subapp
+
+FORMAT_CHOICES = ", ".join(EXPORT_FORMATS.names())
 
 export_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 bench_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -24,7 +27,7 @@ def export_command(
     ],
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", "-f", help="onnx, int8, pruned, safetensors or all (repeatable)."),
+        typer.Option("--format", "-f", help=f"{FORMAT_CHOICES} or all (repeatable)."),
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Parent folder (default RUN/export).")

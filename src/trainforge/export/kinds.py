@@ -1,15 +1,17 @@
-"""Which task kinds can be exported, and what a task kind supplies to the export formats.
+"""What a task kind supplies to the export formats, and which formats serve which kind.
 
-Every format (ONNX, INT8, pruning, safetensors) is written against `ExportKind`, not against a
-model class: a task kind plugs in by implementing the protocol in its own module and adding
-one line to `KINDS`. A kind may also replace a format's writer with a method named
-`write_<format>` (the causal LM writes merged LoRA weights as a Hugging Face folder); a kind
-whose formats all have their own writers needs only the class attributes and `__init__`.
+Every format (ONNX, INT8, pruning, safetensors, and any registered in
+`trainforge.registry.EXPORT_FORMATS`) is written against `ExportKind`, not against a model
+class: a task kind plugs in by implementing the protocol in its own module and naming that
+class as the `export` of its `trainforge.registry.TASKS` entry. A kind serves every
+registered format unless it narrows them with a `formats` class attribute, and may replace a
+format's writer with a method named `write_<format>` (the causal LM writes merged LoRA
+weights as a Hugging Face folder); a kind whose formats all have their own writers needs only
+the class attributes and `__init__`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -17,16 +19,11 @@ import numpy as np
 from torch import Tensor, nn
 
 from trainforge.errors import UserError
+from trainforge.registry import EXPORT_FORMATS, TASKS
 
 if TYPE_CHECKING:
     from trainforge.config.schema import RunConfig
     from trainforge.engine.task import Task
-
-# task.kind -> "module:Class" implementing ExportKind. Imported on use (torch-heavy modules).
-KINDS: dict[str, str] = {
-    "image-classification": "trainforge.export.vision:ImageClassificationExport",
-    "causal-lm": "trainforge.export.causal_lm:CausalLMExport",
-}
 
 
 class ExportKind(Protocol):
@@ -38,7 +35,8 @@ class ExportKind(Protocol):
     """
 
     kind: ClassVar[str]
-    formats: ClassVar[tuple[str, ...]]  # formats this kind supports
+    # Optional `formats: ClassVar[tuple[str, ...]]`: the only formats this kind supports
+    # (absent: every registered format).
     metric: ClassVar[str]  # the quality number reported per artifact, e.g. "accuracy"
     input_name: ClassVar[str]
     output_name: ClassVar[str]
@@ -74,15 +72,22 @@ class ExportKind(Protocol):
 
 
 def kind_class(kind: str, *, source: str) -> type[ExportKind]:
-    """The ExportKind class for a task kind, or a UserError naming the kinds export knows."""
-    target = KINDS.get(kind)
-    if target is None:
+    """The ExportKind class of a task kind, or a UserError naming the kinds export knows."""
+    entry = TASKS.find(kind)
+    cls = entry.export_kind() if entry is not None else None
+    if cls is None:
+        exportable = [name for name, e in TASKS.items() if e.export is not None]
         raise UserError(
             f"{source} was trained for task {kind!r}, which export does not support",
-            f"export supports runs of task {' or '.join(sorted(KINDS))}",
+            f"export supports runs of task {' or '.join(sorted(exportable))}",
         )
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return cls
+
+
+def formats_of(kind: ExportKind | type[ExportKind]) -> list[str]:
+    """The registered formats `kind` can be exported to."""
+    narrowed = getattr(kind, "formats", None)
+    return [name for name in EXPORT_FORMATS.names() if narrowed is None or name in narrowed]
 
 
 def writer_for(kind: ExportKind, fmt: str, default: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,7 +1,8 @@
 """Export options and the checks that run before anything heavy is imported (no torch here).
 
 `trainforge export` checks formats, options and that the source exists first, so a typo is
-answered at once, with one line and exit code 2.
+answered at once, with one line and exit code 2. The formats are the names registered in
+`trainforge.registry.EXPORT_FORMATS` (built-ins: `export.formats`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainforge.errors import UserError
+from trainforge.registry import EXPORT_FORMATS
 
-FORMATS = ("onnx", "int8", "pruned", "safetensors")
 SOURCE_HINT = (
     "pass a run folder such as runs/NAME or a checkpoint such as runs/NAME/checkpoints/best_model"
 )
@@ -31,21 +32,21 @@ class ExportOptions:
 
 
 def check_formats(formats: list[str]) -> list[str]:
-    """Known, de-duplicated formats in the order given (`all` means every format)."""
+    """Registered, de-duplicated formats in the order given (`all` means every format)."""
+    known = EXPORT_FORMATS.names()
     wanted: list[str] = []
     for item in formats:
         for name in (p.strip().lower() for p in item.split(",")):
-            names = FORMATS if name == "all" else (name,)
-            for one in names:
-                if one not in FORMATS:
+            for one in known if name == "all" else (name,):
+                if one not in EXPORT_FORMATS:
                     raise UserError(
-                        f"unknown export format {one!r}",
-                        f"use --format with one of: {', '.join(FORMATS)} (or all)",
+                        EXPORT_FORMATS.unknown_message(one),
+                        f"use --format with one of: {', '.join(known)} (or all)",
                     )
                 if one not in wanted:
                     wanted.append(one)
     if not wanted:
-        raise UserError("no export format given", f"use --format {'|'.join(FORMATS)}")
+        raise UserError("no export format given", f"use --format {'|'.join(known)}")
     return wanted
 
 

@@ -1,5 +1,8 @@
 """One `trainforge export` call: source -> reference numbers -> one writer per format.
 
+Each format's writer is its `trainforge.registry.EXPORT_FORMATS` entry's (or the task kind's
+own `write_<format>`).
+
 The fp32 PyTorch model of the source is the reference: its validation outputs, metric and
 weights size are measured once, and every artifact reports its own numbers next to them
 (accuracy delta, size ratio, max output difference for ONNX).
@@ -20,10 +23,11 @@ from torch import nn
 
 from trainforge.errors import UserError
 from trainforge.export.artifacts import CONFIG, TorchPredictor, folder_size, write_summary
-from trainforge.export.kinds import kind_class, writer_for
+from trainforge.export.kinds import formats_of, kind_class, writer_for
 from trainforge.export.measure import Latency, measure_latency, predict_all, targets_of
 from trainforge.export.options import ExportOptions, check_formats, check_options
 from trainforge.export.source import Source, resolve_source
+from trainforge.registry import EXPORT_FORMATS
 from trainforge.runfolder import RunFolder
 
 
@@ -159,33 +163,16 @@ def export(
     check_options(options)
     source = resolve_source(path)
     job = ExportJob(source, options)
+    available = formats_of(job.kind)
     for fmt in wanted:
-        if fmt not in job.kind.formats:
+        if fmt not in available:
             raise UserError(
                 f"format {fmt} is not available for task {job.kind.kind}",
-                f"use one of: {', '.join(job.kind.formats)}",
+                f"use one of: {', '.join(available)}",
             )
     results: list[Result] = []
     for number, fmt in enumerate(wanted, 1):
         if progress is not None:
             progress(f"[{number}/{len(wanted)}] {fmt}: writing {job.out_root / fmt}")
-        results.extend(writer_for(job.kind, fmt, _default_writer(fmt))(job))
+        results.extend(writer_for(job.kind, fmt, EXPORT_FORMATS.get(fmt).writer())(job))
     return results
-
-
-def _default_writer(fmt: str):
-    if fmt == "onnx":
-        from trainforge.export.onnx_format import write_onnx
-
-        return write_onnx
-    if fmt == "int8":
-        from trainforge.export.int8 import write_int8
-
-        return write_int8
-    if fmt == "pruned":
-        from trainforge.export.pruning import write_pruned
-
-        return write_pruned
-    from trainforge.export.weights import write_safetensors
-
-    return write_safetensors

@@ -20,7 +20,6 @@ from trainforge.config.schema import RunConfig
 
 class ImageClassificationExport:
     kind: ClassVar[str] = "image-classification"
-    formats: ClassVar[tuple[str, ...]] = ("onnx", "int8", "pruned", "safetensors")
     metric: ClassVar[str] = "accuracy"
     input_name: ClassVar[str] = "images"
     output_name: ClassVar[str] = "logits"

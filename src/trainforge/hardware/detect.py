@@ -1,7 +1,11 @@
-"""Platform detection: turning a `Probe` (files, environment, NVML) into a `Platform`.
+"""Platform detection: turning a `Probe` (files, environment, NVML) into a `Platform`, and
+the profile `profile: auto` picks for it.
 
-Also owns recorded fixtures: a folder holding real-format files plus `probe.json`, loaded
-with `load_fixture` so that `detect` can be replayed for machines we do not have at hand.
+The profile choice reads the `detect:` rules each registered profile carries
+(`trainforge.registry.PROFILES`, see `trainforge.profiles.DetectRule`): the hardware facts
+live here, the thresholds and name markers in the profiles, so a new profile brings its own
+rule. Also owns recorded fixtures: a folder holding real-format files plus `probe.json`,
+loaded with `load_fixture` so that `detect` can be replayed for machines we do not have.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from trainforge.hardware import nvml
 from trainforge.hardware.jetson import read_jetson, read_text, synthesize_gpu
 from trainforge.hardware.platform import GpuInfo, JetsonInfo, Platform, Probe
 from trainforge.hardware.slurm import read_slurm
+from trainforge.registry import PROFILES
 
 MEMINFO = "proc/meminfo"
 _MEMTOTAL_RE = re.compile(r"^MemTotal:\s*(\d+)\s*kB\s*$", re.MULTILINE)
@@ -75,6 +80,48 @@ def _classify(
     if mps:
         return "mps", ()
     return "cpu", ()
+
+
+def profile_for(platform: Platform) -> tuple[str, str]:
+    """The registered profile whose `detect:` rule of lowest rank holds, and its reason."""
+    rules = sorted(
+        (rule.rank, name, rule) for name, entry in PROFILES.items() for rule in entry.profile.detect
+    )
+    facts = _facts(platform)
+    for _, name, rule in rules:
+        if _holds(rule, platform):
+            return name, rule.reason.format(**facts)
+    raise AssertionError("no profile rule holds (the cpu profile has a catch-all rule)")
+
+
+def _holds(rule: Any, p: Platform) -> bool:
+    jetson = p.jetson
+    smallest = min((gpu.memory_gib for gpu in p.gpus), default=0.0)
+    names = [gpu.name for gpu in p.gpus]
+    checks = (
+        not rule.platform or p.kind in rule.platform,
+        rule.jetson_orin is None or (jetson is not None and jetson.is_orin == rule.jetson_orin),
+        not rule.gpu_name_any or any(m in n for n in names for m in rule.gpu_name_any),
+        rule.slurm is None or (p.slurm is not None) == rule.slurm,
+        rule.min_gpu_memory_gib is None or (bool(p.gpus) and smallest >= rule.min_gpu_memory_gib),
+    )
+    return all(checks)
+
+
+def _facts(p: Platform) -> dict[str, Any]:
+    jetson = p.jetson
+    release = ""
+    if jetson is not None:
+        release = f"JetPack {jetson.jetpack_version or 'unknown'} (L4T {jetson.l4t_version})"
+    return {
+        "gpus": f"{len(p.gpus)}x {', '.join(sorted({gpu.name for gpu in p.gpus}))}",
+        "smallest_gpu_gib": min((gpu.memory_gib for gpu in p.gpus), default=0.0),
+        "arch": p.arch,
+        "memory_gib": p.memory_gib,
+        "slurm_job_id": p.slurm.job_id if p.slurm is not None else "",
+        "jetson_model": jetson.model if jetson is not None else "",
+        "release": release,
+    }
 
 
 def _fill_unknown_memory(gpus: tuple[GpuInfo, ...], memory_gib: float) -> tuple[GpuInfo, ...]:

@@ -6,6 +6,11 @@ and TensorBoard are on by default; MLflow (a local store unless a tracking URI i
 Weights & Biases (offline by default: no key needed) when configured. MLflow's local store
 is RUN/mlflow.db (SQLite); browse it with `mlflow ui --backend-store-uri sqlite:///...`.
 Secrets never reach a logger: metrics are numbers, and params pass through `scrub`.
+
+Each backend is an entry of `trainforge.registry.LOGGERS` (`LoggerEntry`: a factory and the
+`logging.<switch>` that turns it on); `build_loggers` walks the registry, so adding a logger
+is one file that registers its entry and is turned on by its switch or by name in
+`logging.loggers`. This module imports no torch (the schema reads the names).
 """
 
 from __future__ import annotations
@@ -13,12 +18,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from trainforge.config.schema import LoggingConfig
 from trainforge.errors import UserError
 from trainforge.observe.secrets import scrub
+from trainforge.registry import LOGGERS
+
+if TYPE_CHECKING:
+    from trainforge.config.schema import LoggingConfig
 
 
 class MetricLogger(Protocol):
@@ -181,39 +191,89 @@ class WandbLogger:
             print(f"W&B: upload the offline run with: wandb sync {folder}")
 
 
+@dataclass(frozen=True)
+class LoggerEntry:
+    """One logging backend: how to make it and what turns it on."""
+
+    description: str
+    # (logging config, run folder, run name, resume step or None) -> MetricLogger
+    factory: Callable[[LoggingConfig, Path, str, int | None], MetricLogger]
+    switch: str | None = None  # the `logging.<switch>` boolean that turns it on
+    # Installed with this pip extra; when the package is missing, on_missing says whether
+    # the run goes on without the logger ("skip", with a line) or stops ("stop", one line).
+    extra: str | None = None
+    on_missing: str = "stop"
+
+
 def build_loggers(
     cfg: LoggingConfig, run_dir: Path, run_name: str = "run", resume_step: int | None = None
 ) -> list[MetricLogger]:
-    """The configured loggers; `resume_step`: the run continues after that step."""
-    from trainforge.runfolder import RunFolder
-
-    folder = RunFolder(run_dir)
+    """The loggers turned on by a `logging` switch or named in `logging.loggers`, in
+    registration order; `resume_step`: the run continues after that step."""
     loggers: list[MetricLogger] = []
-    if cfg.jsonl:
-        loggers.append(JsonlLogger(folder.metrics))
-    if cfg.tensorboard:
-        purge = resume_step + 1 if resume_step is not None else None
-        try:
-            loggers.append(TensorBoardLogger(folder.tensorboard, purge))
-        except ImportError:
-            print(
-                "TensorBoard logging off: the tensorboard package is not installed "
-                "(pip install 'trainforge[track]')"
-            )
-    for enabled, name, cls in (
-        (cfg.mlflow, "mlflow", MlflowLogger),
-        (cfg.wandb, "wandb", WandbLogger),
-    ):
-        if not enabled:
+    for name, entry in LOGGERS.items():
+        if not (name in cfg.loggers or (entry.switch and getattr(cfg, entry.switch))):
             continue
         try:
-            loggers.append(cls(cfg, run_dir, run_name))
+            loggers.append(entry.factory(cfg, run_dir, run_name, resume_step))
         except ImportError:
+            install = f"pip install 'trainforge[{entry.extra}]'" if entry.extra else "install it"
+            if entry.on_missing == "skip":
+                print(f"{name} logging off: its package is not installed ({install})")
+                continue
+            by_name = name in cfg.loggers
+            on = f"logging.loggers has {name}" if by_name else f"logging.{entry.switch} is on"
+            off = (
+                "remove it from logging.loggers" if by_name else f"set logging.{entry.switch}=false"
+            )
             raise UserError(
-                f"logging.{name} is on but the {name} package is not installed",
-                "pip install 'trainforge[track]', or set logging." + name + "=false",
+                f"{on} but the {name} package is not installed", f"{install}, or {off}"
             ) from None
     return loggers
+
+
+def _jsonl(cfg: LoggingConfig, run_dir: Path, run_name: str, resume: int | None) -> JsonlLogger:
+    from trainforge.runfolder import RunFolder
+
+    return JsonlLogger(RunFolder(run_dir).metrics)
+
+
+def _tensorboard(
+    cfg: LoggingConfig, run_dir: Path, run_name: str, resume: int | None
+) -> TensorBoardLogger:
+    from trainforge.runfolder import RunFolder
+
+    return TensorBoardLogger(RunFolder(run_dir).tensorboard, None if resume is None else resume + 1)
+
+
+LOGGERS.register(
+    "jsonl",
+    LoggerEntry("metrics.jsonl in the run folder, one record per line", _jsonl, "jsonl"),
+)
+LOGGERS.register(
+    "tensorboard",
+    LoggerEntry(
+        "TensorBoard events in RUN/tensorboard", _tensorboard, "tensorboard", "track", "skip"
+    ),
+)
+LOGGERS.register(
+    "mlflow",
+    LoggerEntry(
+        "MLflow run (SQLite store RUN/mlflow.db unless a tracking URI is set)",
+        lambda cfg, run_dir, run_name, resume: MlflowLogger(cfg, run_dir, run_name),
+        "mlflow",
+        "track",
+    ),
+)
+LOGGERS.register(
+    "wandb",
+    LoggerEntry(
+        "Weights & Biases run (offline unless logging.wandb_mode=online)",
+        lambda cfg, run_dir, run_name, resume: WandbLogger(cfg, run_dir, run_name),
+        "wandb",
+        "track",
+    ),
+)
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -4,13 +4,21 @@ A profile says *how* to train on a platform (precision, the largest micro-batch,
 workers, memory budget, telemetry, launcher); it never changes the run config's effective
 batch or learning rate. Its `settings` use the run-config schema, but
 only the "how" sections below; `trainforge.config.load` layers them under the run config.
+
+Each shipped file is an entry of `trainforge.registry.PROFILES` (a `ProfileEntry`, read on
+first use) and carries its own `detect:` rules: which detected platforms `profile: auto`
+maps to it, and the one-line reason given (`DetectRule`; `hardware.detect.profile_for`
+applies them). Adding a profile is one YAML file here, or, outside the package,
+`PROFILES.register(name, ProfileEntry.from_file(path))`.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +26,7 @@ from typing import Any
 import yaml
 
 from trainforge.errors import UserError
+from trainforge.registry import PROFILES
 
 # Sections a profile may set: everything about *how*, nothing about *what* is trained.
 HOW_SECTIONS = ("training", "data", "evaluation", "checkpoint", "logging", "hardware")
@@ -35,6 +44,25 @@ WHAT_FIELDS = {
 
 
 @dataclass(frozen=True)
+class DetectRule:
+    """One `detect:` rule of a profile: every condition given must hold for the platform.
+
+    Rules of all profiles are tried by ascending `rank`; the first that holds picks its
+    profile. `reason` is formatted with the platform's facts: {gpus} ("2x NVIDIA ..."),
+    {smallest_gpu_gib}, {arch}, {memory_gib}, {slurm_job_id}, {jetson_model}, {release}
+    ("JetPack 6.0 (L4T 36.3.0)").
+    """
+
+    rank: int
+    reason: str
+    platform: tuple[str, ...] = ()  # platform kinds (jetson, dgx-spark, cuda, mps, cpu)
+    jetson_orin: bool | None = None  # a Jetson board of the Orin family (or not)
+    gpu_name_any: tuple[str, ...] = ()  # a GPU's name contains one of these
+    slurm: bool | None = None  # inside a Slurm allocation (or not)
+    min_gpu_memory_gib: float | None = None  # the smallest GPU has at least this much
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -42,6 +70,7 @@ class Profile:
     settings: dict[str, Any] = field(default_factory=dict)
     guide: str | None = None
     path: Path | None = None  # a profile file of the user's; None: a built-in one
+    detect: tuple[DetectRule, ...] = ()
 
     def source_text(self) -> str:
         if self.path is not None:
@@ -49,12 +78,28 @@ class Profile:
         return (resources.files(__package__) / f"{self.name}.yaml").read_text(encoding="utf-8")
 
 
+class ProfileEntry:
+    """A registered profile: its YAML is read and checked on first use."""
+
+    def __init__(self, name: str, read: Callable[[], Profile]) -> None:
+        self.name = name
+        self._read = read
+
+    @classmethod
+    def from_file(cls, path: Path) -> ProfileEntry:
+        return cls(str(path), lambda: _load_profile_file(Path(path)))
+
+    @cached_property
+    def profile(self) -> Profile:
+        return self._read()
+
+    @property
+    def description(self) -> str:
+        return self.profile.description
+
+
 def list_profiles() -> list[str]:
-    return sorted(
-        p.name.removesuffix(".yaml")
-        for p in resources.files(__package__).iterdir()
-        if p.name.endswith(".yaml")
-    )
+    return sorted(PROFILES.names())
 
 
 def is_profile_path(name: str) -> bool:
@@ -63,18 +108,23 @@ def is_profile_path(name: str) -> bool:
 
 
 def load_profile(name: str) -> Profile:
-    """A built-in profile by name, or a profile file (e.g. `trainforge profiles show cpu >
+    """A registered profile by name, or a profile file (e.g. `trainforge profiles show cpu >
     mine.yaml`, edited) by its path; the file's path is then the profile's name."""
     if is_profile_path(name):
         return _load_profile_file(Path(name))
-    names = list_profiles()
-    if name not in names:
+    entry = PROFILES.find(name)
+    if entry is None:
+        names = list_profiles()
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"did you mean {close[0]}? " if close else ""
         raise UserError(
             f"unknown profile {name!r}",
             f"{hint}Known profiles: {', '.join(names)} (or auto); see `trainforge profiles`",
         )
+    return entry.profile
+
+
+def _load_builtin(name: str) -> Profile:
     raw = yaml.safe_load((resources.files(__package__) / f"{name}.yaml").read_text("utf-8"))
     _check_shape(name, raw)
     return Profile(
@@ -83,6 +133,7 @@ def load_profile(name: str) -> Profile:
         notes=raw.get("notes", ""),
         settings=raw.get("settings") or {},
         guide=raw.get("guide"),
+        detect=_rules(name, raw.get("detect")),
     )
 
 
@@ -105,6 +156,7 @@ def _load_profile_file(path: Path) -> Profile:
         settings=raw.get("settings") or {},
         guide=raw.get("guide"),
         path=path,
+        detect=_rules(str(path), raw.get("detect")),
     )
 
 
@@ -115,7 +167,7 @@ def _check_shape(name: str, raw: Any) -> None:
             f"profile {name}: file must be a mapping with a description",
             "start from `trainforge profiles show cpu` (a run config is not a profile)",
         )
-    unknown = set(raw) - {"description", "notes", "settings", "guide"}
+    unknown = set(raw) - {"description", "notes", "settings", "guide", "detect"}
     if unknown:
         raise UserError(f"profile {name}: unknown top-level keys {sorted(unknown)}")
     for section, values in (raw.get("settings") or {}).items():
@@ -130,3 +182,35 @@ def _check_shape(name: str, raw: Any) -> None:
                     f"profile {name}: {section}.{key} belongs in the run config",
                     "a profile sets hardware.micro_batch_size; the run config sets the batch",
                 )
+
+
+RULE_KEYS = {f.name for f in fields(DetectRule)}
+
+
+def _rules(name: str, raw: Any) -> tuple[DetectRule, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(rule, dict) for rule in raw):
+        raise UserError(f"profile {name}: detect must be a list of rules", "see profiles/cpu.yaml")
+    rules = []
+    for rule in raw:
+        unknown = set(rule) - RULE_KEYS
+        if unknown or not {"rank", "reason"} <= set(rule):
+            raise UserError(
+                f"profile {name}: detect rule {rule} has unknown keys {sorted(unknown)} or "
+                "lacks rank/reason",
+                f"a rule has rank, reason and some of {', '.join(sorted(RULE_KEYS))}",
+            )
+        values = dict(rule)
+        for key in ("platform", "gpu_name_any"):
+            if isinstance(values.get(key), str):
+                values[key] = (values[key],)
+            values[key] = tuple(str(v) for v in values.get(key) or ())
+        rules.append(DetectRule(**values))
+    return tuple(rules)
+
+
+for _file in sorted(resources.files(__package__).iterdir(), key=lambda f: f.name):
+    if _file.name.endswith(".yaml"):
+        _name = _file.name.removesuffix(".yaml")
+        PROFILES.register(_name, ProfileEntry(_name, lambda n=_name: _load_builtin(n)))

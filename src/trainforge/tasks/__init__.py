@@ -1,8 +1,13 @@
-"""Tasks: what the one training loop trains. A task supplies model, batches, loss and metrics."""
+"""Tasks: what the one training loop trains. A task supplies model, batches, loss and metrics.
+
+Task kinds are registered in `trainforge.registry.TASKS` (built-ins: `tasks.catalog`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from trainforge.registry import TASKS
 
 if TYPE_CHECKING:
     import torch
@@ -13,13 +18,4 @@ if TYPE_CHECKING:
 
 def build_task(config: RunConfig, device: torch.device | None = None) -> Task:
     """The task `config.task.kind` names; `device` lets in-memory data move to it."""
-    kind = config.task.kind
-    if kind == "image-classification":
-        from trainforge.tasks.vision import ImageClassification
-
-        return ImageClassification.from_config(config, device)
-    if kind == "causal-lm":
-        from trainforge.tasks.causal_lm import CausalLM
-
-        return CausalLM.from_config(config)
-    raise AssertionError(f"task {kind} passed validation but has no builder")
+    return TASKS.get(config.task.kind).build_task(config, device)

@@ -7,7 +7,8 @@ dialog shows exactly what `trainforge train CONFIG` would use. A submission beco
 argument list of `trainforge train` (every dialog field as a `--set`), is validated by
 `trainforge.config.validate` with those same arguments, judged against this machine as
 `trainforge train` judges them (the run trains here, whatever profile is picked), and each
-error line is placed beside the field whose config path it names.
+error line is placed beside the field whose config path it names. The task and image-dataset
+choices are the names registered in `trainforge.registry.TASKS` and `DATASETS`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trainforge.config import ConfigError, ResolvedConfig, load, validate
+from trainforge.data.catalog import image_dataset_names
 from trainforge.errors import UserError
 from trainforge.hardware import Platform, pick_profile
 from trainforge.profiles import list_profiles
+from trainforge.registry import TASKS
 from trainforge.web.model_list import list_model_names
 from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
 
-TASKS = ("image-classification", "causal-lm")
-IMAGE_DATASETS = ("digits", "cifar10", "image-folder")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 # Config path -> the dialog field that sets it (errors naming the path go beside the field).
 FIELD_PATHS = {
@@ -122,9 +123,9 @@ def defaults(
         "choices": {
             "configs": config_files(settings),
             "profiles": ["auto", *list_profiles()],
-            "tasks": list(TASKS),
+            "tasks": TASKS.names(),
             "models": list_model_names(settings.models_path),
-            "image_datasets": list(IMAGE_DATASETS),
+            "image_datasets": image_dataset_names(),
         },
         "detected": {"platform": platform.describe()[0], "profile": detected, "reason": reason},
         "values": {"config": config},
@@ -255,7 +256,7 @@ def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
     if not is_plain_name(form.output_name):
         add("output_name", f"{form.output_name!r} is not a plain name; use {NAME_RULE}")
     if form.task is not None and form.task not in TASKS:
-        add("task", f"{form.task!r} is not one of {', '.join(TASKS)}")
+        add("task", TASKS.unknown_message(form.task))
     if form.profile not in ("auto", *list_profiles()):
         add("profile", f"unknown profile {form.profile!r}; pick one of the list")
     if form.base_model is not None and form.task == "causal-lm":

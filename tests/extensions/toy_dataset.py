@@ -1,0 +1,51 @@
+"""A toy dataset added through the dataset registry alone: 4x4 grey stripes, two classes.
+
+Class 0 is horizontal stripes, class 1 vertical ones, with a little seeded noise: a tiny ViT
+learns it in a few steps. Importing this file registers `toy-stripes`; nothing else in
+trainforge names it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainforge.data.catalog import AugmentDefaults, DatasetEntry
+from trainforge.data.memory import LoadedSplits, TensorImageDataset
+from trainforge.registry import DATASETS
+
+NAME = "toy-stripes"
+SIDE = 4
+
+
+def _images(n: int, seed: int) -> TensorImageDataset:
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % 2
+    rows = (torch.arange(SIDE) % 2).float().view(SIDE, 1).expand(SIDE, SIDE)
+    stripes = torch.stack([rows, rows.T])[labels] * 200  # [n, 4, 4]
+    noise = torch.randint(0, 40, (n, SIDE, SIDE), generator=generator).float()
+    images = (stripes + noise).clamp(0, 255).to(torch.uint8).unsqueeze(1)
+    return TensorImageDataset(images, labels)
+
+
+def load_stripes(cfg) -> LoadedSplits:
+    return LoadedSplits(
+        train=_images(64, seed=0),
+        val=_images(16, seed=1),
+        class_names=["horizontal", "vertical"],
+        channels=1,
+        image_size=SIDE,
+        batched_fetch=True,
+    )
+
+
+DATASETS.register(
+    NAME,
+    DatasetEntry(
+        "4x4 grey stripes, horizontal or vertical (a test's toy)",
+        load_stripes,
+        channels=1,
+        image_size=SIDE,
+        num_classes=2,
+        augment=AugmentDefaults(0, False, (0.5,), (0.5,)),
+    ),
+)
