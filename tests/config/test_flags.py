@@ -232,7 +232,7 @@ def test_report_to_an_unknown_tracker_is_one_line(monkeypatch, capsys):
     assert code == 2 and out == ""
     (line,) = err.splitlines()
     assert line.startswith("--report_to bogus: unknown tracker ['bogus']")
-    assert "tensorboard, wandb, mlflow" in line
+    assert "use tensorboard, mlflow, wandb (comma-separated), all or none" in line
 
 
 def test_config_flag_equals_the_positional_file(monkeypatch, capsys):

@@ -37,10 +37,8 @@ def toys():
 
 
 def _train_entry():
-    try:
-        from trainforge.train import train
-    except ImportError:
-        from trainforge.engine.run import train
+    from trainforge.train import train
+
     return train
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from trainforge.errors import UserError
-from trainforge.hardware import PROFILE_NAMES, Platform, Probe, detect, load_fixture, pick_profile
+from trainforge.hardware import Platform, Probe, detect, load_fixture, pick_profile
 from trainforge.hardware.detect import read_memory_gib
+from trainforge.registry import PROFILES
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -34,7 +35,7 @@ def test_detect_on_this_machine() -> None:
     assert platform.cpu_count >= 1
     assert platform.memory_gib > 0
     assert platform.arch == stdlib_platform.machine()
-    assert pick_profile(platform)[0] in PROFILE_NAMES
+    assert pick_profile(platform)[0] in PROFILES
     no_accelerator = (
         shutil.which("nvidia-smi") is None
         and not Path("/etc/nv_tegra_release").exists()

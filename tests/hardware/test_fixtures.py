@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainforge.hardware import PROFILE_NAMES, detect, load_fixture, pick_profile
+from trainforge.hardware import detect, load_fixture, pick_profile
+from trainforge.registry import PROFILES
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -33,7 +34,7 @@ def test_kind_device_and_profile(name: str) -> None:
     assert (platform.kind, platform.device) == (kind, device)
     picked, reason = pick_profile(platform)
     assert picked == profile
-    assert picked in PROFILE_NAMES
+    assert picked in PROFILES
     assert reason
     assert "\n" not in reason
 

@@ -26,6 +26,7 @@ import yaml
 
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
+from trainforge.registry import LOGGERS
 
 # The ViT training guide's flags and other names users type, beside the schema's own.
 ALIASES: dict[str, str] = {
@@ -47,7 +48,7 @@ SPECIAL = {
     "resume_from": "same as --resume (the ViT training guide's name)",
     "resume_from_checkpoint": "same as --resume; without a value, this run's newest checkpoint",
     "overwrite": "start afresh where a run already is (its folder is replaced)",
-    "report_to": "trackers: tensorboard, wandb, mlflow (comma-separated), all or none",
+    "report_to": "trackers (registered loggers, comma-separated), all or none",
     "output-name": "causal-lm: write models/OUTPUT_NAME and name the run after it",
     "world_size": "config show / validate: plan for this many processes (default 1)",
 }
@@ -56,11 +57,9 @@ BOOL_WORDS = {
     "true": True, "yes": True, "on": True, "1": True,
     "false": False, "no": False, "off": False, "0": False,
 }  # fmt: skip
-REPORT_TO = {
-    "tensorboard": "logging.tensorboard",
-    "wandb": "logging.wandb",
-    "mlflow": "logging.mlflow",
-}
+# --report_to names trackers: every registered logger but the run's own metrics.jsonl, which
+# a run always keeps (the web app and the report read it).
+KEPT_LOGGERS = ("jsonl",)
 
 
 @functools.cache
@@ -213,16 +212,30 @@ def _special(args: RunArgs, name: str, value: str) -> None:
         quoted = value
         _put(args, "output.model_name", quoted, name)
         _put(args, "output.run_name", quoted, name)
-    else:  # report_to
-        chosen = {v.strip() for v in value.split(",") if v.strip()}
-        unknown = chosen - {*REPORT_TO, "all", "none"}
-        if unknown or not chosen:
-            raise UserError(
-                f"--report_to {value}: unknown tracker {sorted(unknown) or value!r}",
-                "use tensorboard, wandb, mlflow (comma-separated), all or none",
-            )
-        for tracker, path in REPORT_TO.items():
-            _put(args, path, "all" in chosen or tracker in chosen, "report_to")
+    else:
+        _report_to(args, value)
+
+
+def _report_to(args: RunArgs, value: str) -> None:
+    """The Hugging Face Trainer's `--report_to`: turn the named trackers on, the others off."""
+    trackers = [n for n in LOGGERS.names() if n not in KEPT_LOGGERS]
+    chosen = {v.strip() for v in value.split(",") if v.strip()}
+    unknown = chosen - {*trackers, "all", "none"}
+    if unknown or not chosen:
+        raise UserError(
+            f"--report_to {value}: unknown tracker {sorted(unknown) or value!r}",
+            f"use {', '.join(trackers)} (comma-separated), all or none",
+        )
+    by_name = []
+    for tracker in trackers:
+        on = "all" in chosen or tracker in chosen
+        switch = LOGGERS.get(tracker).switch
+        if switch:
+            _put(args, f"logging.{switch}", on, "report_to")
+        elif on:
+            by_name.append(tracker)
+    if by_name:
+        _put(args, "logging.loggers", by_name, "report_to")
 
 
 def help_text(command: str) -> str:

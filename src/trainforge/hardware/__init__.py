@@ -1,8 +1,9 @@
 """Platform detection: what machine trainforge runs on, and which built-in profile fits it.
 
 `detect()` returns a `Platform` (kind, device, CPU/RAM, GPUs, Jetson and Slurm facts);
-`pick_profile()` maps it to one of the built-in profiles (`PROFILE_NAMES`) with a one-line
-reason, which is what `profile: auto` uses; `resolve_device()` checks `training.device`.
+`pick_profile()` maps it to a registered profile (the first matching rule in the profiles'
+`detect:` blocks) with a one-line reason, which is what `profile: auto` uses;
+`resolve_device()` checks `training.device`.
 
 Where the facts come from:
 - GPUs: NVML via `pynvml` (nvidia-ml-py), imported lazily; any NVML failure means no GPUs.
@@ -25,11 +26,10 @@ from trainforge.hardware.detect import detect, load_fixture
 from trainforge.hardware.jetson import jetpack_for_l4t, parse_l4t_version
 from trainforge.hardware.nvml import query_nvml_gpus
 from trainforge.hardware.platform import GpuInfo, JetsonInfo, Platform, Probe, SlurmInfo
-from trainforge.hardware.select import PROFILE_NAMES, pick_profile, resolve_device
+from trainforge.hardware.select import pick_profile, resolve_device
 from trainforge.hardware.slurm import parse_gpu_count, read_slurm
 
 __all__ = [
-    "PROFILE_NAMES",
     "GpuInfo",
     "JetsonInfo",
     "Platform",
