@@ -134,8 +134,13 @@ class Checkpointer:
         self._check_world_size(folder, state)
         own = state["per_rank"][self.dist.rank] if state.get("per_rank") else state
         for entry in self.registry:
-            if entry.name not in saved:
-                saved[entry.name] = (own if entry.per_rank else state).get(entry.name)
+            source = own if entry.per_rank else state
+            if entry.name not in saved and entry.name not in source:
+                raise UserError(
+                    f"checkpoint {folder} holds no state for {entry.name!r}",
+                    "resume from a checkpoint this run's trainforge wrote, or start a new run",
+                )
+            saved.setdefault(entry.name, source.get(entry.name))
         for entry in self.registry:
             if entry.check is not None:
                 entry.check(folder, saved[entry.name])
