@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,9 +84,11 @@ class TrainMeter:
     Each step's loss tensor is kept as it is (its weighted sum, or its mean with the weight
     as multiplier) and the losses are combined once, at the logging point: no tensor
     arithmetic per step, and the interval's total is summed in float64 on the host.
+    `clock` (seconds) is the trainer's, which also times data waits and pauses.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.reset()
 
     def reset(self) -> None:
@@ -98,7 +101,7 @@ class TrainMeter:
         self.sums: dict[str, torch.Tensor] = {}
         self.data_s = 0.0
         self.paused_s = 0.0  # evaluation and checkpoint copies: not training time
-        self.started = time.perf_counter()
+        self.started = self.clock()
 
     def fold(self, step: AccumulationSums, mean: bool) -> None:
         """Add a finished step; `mean`: its loss_sum is the step's mean loss."""
@@ -132,7 +135,7 @@ class TrainMeter:
         grad_norm: torch.Tensor | None,
     ) -> dict[str, float]:
         """The interval's metrics over every rank (one reduction); starts a new interval."""
-        wall_s = max(time.perf_counter() - self.started - self.paused_s, 1e-9)
+        wall_s = max(self.clock() - self.started - self.paused_s, 1e-9)
         if self.weight == 0:
             self.reset()
             return {}

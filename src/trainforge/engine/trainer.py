@@ -114,7 +114,7 @@ class Trainer:
         )  # fmt: skip
         e = config.evaluation
         self.best = BestTracker(self.state.best, e.metric_for_best_model, e.greater_is_better)
-        self.meter = TrainMeter()
+        self.meter = TrainMeter(lambda: time.perf_counter())  # this module's clock: one for all
         self.accumulation_sums = AccumulationSums(self.params, device)
         self.checkpointer = Checkpointer(
             _state_registry(self), root=run_dir / "checkpoints", sharded=self.sharded,
