@@ -8,7 +8,7 @@ import torch
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, TimeLimit
-from trainforge.engine.precision import Precision, resolve_precision
+from trainforge.engine.precision import PrecisionPlan, resolve_precision
 from trainforge.engine.trainer import Trainer
 
 
@@ -50,7 +50,7 @@ def test_eval_and_checkpoint_cadence(tmp_path, points_task, points_config):
 def test_precision_resolution_and_bf16_on_cpu(tmp_path, points_task, points_config):
     cpu = torch.device("cpu")
     assert resolve_precision("auto", cpu) == "fp32"
-    assert Precision.create("fp32", cpu).scaler is None
+    assert PrecisionPlan.create("fp32", cpu).scaler is None
     cfg = points_config(**{"training.precision": "bf16", "training.max_steps": 3})
     trainer = make_trainer(tmp_path, points_task(), cfg, [])
     assert trainer.precision.name == "bf16" and trainer.precision.scaler is None

@@ -1,18 +1,27 @@
-"""Checkpoint files: atomic folders, verified manifests, safe loading, rotation, resume."""
+"""Checkpoint files: atomic folders, verified manifests, safe loading, rotation; and what
+breaks them: damaged files, full and read-only disks, crash leftovers."""
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine.trainer import Trainer
 from trainforge.errors import UserError
 
 
 def save(folder, step=1, value=1.0):
+    """A small checkpoint whose weights are `value` and whose step is `step`."""
     return ckpt.save_checkpoint(
         folder,
         model_state={"w": torch.full((2, 2), value)},
@@ -37,15 +46,61 @@ def test_round_trip_and_manifest(tmp_path):
     assert not any(p.name.startswith(".") for p in folder.parent.iterdir())
 
 
-def test_corrupt_checkpoint_is_skipped_for_the_newest_good_one(tmp_path, capsys):
+# ------------------------------------------------------------ broken checkpoint files
+def damage_folder(folder: Path, damage: str) -> None:
+    if damage == "garbage weights":
+        (folder / "model.safetensors").write_bytes(b"garbage")
+    elif damage == "truncated weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "flipped byte in state":
+        data = bytearray((folder / "state.pt").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (folder / "state.pt").write_bytes(bytes(data))
+    elif damage == "missing manifest":
+        (folder / "manifest.json").unlink()
+    else:
+        (folder / "manifest.json").write_text("{not json")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "garbage weights",
+        "truncated weights",
+        "flipped byte in state",
+        "missing manifest",
+        "manifest of garbage",
+    ],
+)
+def test_a_damaged_checkpoint_is_reported_and_skipped_for_the_newest_good_one(
+    tmp_path, capsys, damage
+):
     root = tmp_path / "checkpoints"
     save(root / "checkpoint-1", step=1)
     bad = save(root / "checkpoint-2", step=2)
-    (bad / "model.safetensors").write_bytes(b"garbage")
+    damage_folder(bad, damage)
     assert ckpt.latest(root).path.name == "checkpoint-1"
-    assert "checksum mismatch in model.safetensors" in capsys.readouterr().out
+    lines = [line for line in capsys.readouterr().out.splitlines() if "checkpoint-2" in line]
+    assert len(lines) == 1 and lines[0].startswith("skipping checkpoint")
+    if damage == "garbage weights":
+        assert "checksum mismatch in model.safetensors" in lines[0]
     with pytest.raises(UserError, match="not usable"):
         ckpt.load_checkpoint(bad)
+
+
+def test_a_damaged_checkpoint_is_reported_once_however_often_listed(tmp_path, capsys):
+    # Rotation lists the checkpoints at every save; the same damaged folder must not flood
+    # the log, and each report is one whole line.
+    root = tmp_path / "checkpoints"
+    save(root / "checkpoint-1", step=1)
+    (save(root / "checkpoint-2", step=2) / "manifest.json").unlink()
+    for _ in range(3):
+        assert ckpt.latest(root).path.name == "checkpoint-1"
+    ckpt.rotate(root, keep=1)
+    out = capsys.readouterr().out
+    assert out.count("skipping checkpoint") == 1
+    assert out.endswith("no manifest (incomplete write)\n")
 
 
 def test_folder_without_manifest_is_not_a_checkpoint(tmp_path):
@@ -79,7 +134,20 @@ def test_malicious_pickle_is_refused(tmp_path):
     assert not canary.exists()
 
 
-def test_rotation_keeps_limit_and_never_best(tmp_path):
+def test_recover_cleans_crash_leftovers_and_restores_an_interrupted_replace(tmp_path):
+    root = tmp_path / "checkpoints"
+    save(root / "checkpoint-1", step=1)
+    best = save(root / "best_model", step=2)
+    (root / ".tmp-checkpoint-3-999").mkdir()  # a write killed half-way
+    best.rename(root / ".old-best_model-999")  # killed between the two renames of a replace
+    actions = ckpt.recover(root)
+    assert any("restored best_model" in a for a in actions)
+    assert sorted(p.name for p in root.iterdir()) == ["best_model", "checkpoint-1"]
+    assert ckpt.verify(root / "best_model") is None
+
+
+# ------------------------------------------------------------------------- rotation
+def test_rotation_keeps_the_limit_and_never_deletes_best_or_newest(tmp_path):
     root = tmp_path / "checkpoints"
     save(root / "best_model", step=2)
     for step in (1, 3, 5, 7):
@@ -87,8 +155,18 @@ def test_rotation_keeps_limit_and_never_best(tmp_path):
     removed = ckpt.rotate(root, keep=2)
     assert sorted(p.name for p in removed) == ["checkpoint-1", "checkpoint-3"]
     assert sorted(p.name for p in root.iterdir()) == ["best_model", "checkpoint-5", "checkpoint-7"]
+    # best_model the oldest step of all; an epoch checkpoint the newest
+    save(root / "best_model", step=0)
+    save(root / "checkpoint_epoch_1", step=8)
+    ckpt.rotate(root, keep=1)
+    assert sorted(p.name for p in root.iterdir()) == ["best_model", "checkpoint_epoch_1"]
+    # The newest verified checkpoint survives even when it is the only periodic one left.
+    shutil.rmtree(root / "best_model")
+    ckpt.rotate(root, keep=1)
+    assert [p.name for p in root.iterdir()] == ["checkpoint_epoch_1"]
 
 
+# ------------------------------------------------------------- full and read-only disks
 def test_write_failure_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     folder = save(tmp_path / "checkpoints" / "checkpoint-1", value=1.0)
 
@@ -103,6 +181,68 @@ def test_write_failure_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     assert torch.equal(model_state["w"], torch.ones(2, 2))
 
 
+def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
+    tmp_path, points_task, points_config, monkeypatch
+):
+    cfg = points_config(**{"training.max_steps": 1})
+    trainer = Trainer(
+        points_task(), cfg, run_dir=tmp_path, device=torch.device("cpu"), callbacks=[]
+    )
+    trainer.fit()
+    trainer.save_checkpoint("best_model", wait=True)
+    before = (tmp_path / "checkpoints/best_model/model.safetensors").read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "write_safetensors", full)
+    trainer.save_checkpoint("best_model")  # returns at once; the write fails behind
+    with pytest.raises(UserError, match="No space left on device") as info:
+        trainer.writer.wait()
+    assert "\n" not in info.value.line()
+    assert (tmp_path / "checkpoints/best_model/model.safetensors").read_bytes() == before
+    assert ckpt.verify(tmp_path / "checkpoints/best_model") is None
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
+@pytest.fixture
+def open_tmp():
+    """A temporary folder an unprivileged user can reach (pytest's is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="trainforge-ro-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_read_only_checkpoint_folder_as_an_unprivileged_user(open_tmp):
+    """Real permission denied: a child process drops root (when we are root) and writes
+    into a read-only folder; the error is one line and the old checkpoint is untouched."""
+    root = open_tmp / "checkpoints"
+    save(root / "checkpoint-1", step=1)
+    os.chmod(root, 0o555)
+    code = (
+        "import os, sys, torch\n"
+        "if os.getuid() == 0: os.setgid(65534); os.setuid(65534)\n"
+        "from pathlib import Path\n"
+        "from trainforge.engine import checkpoint as ckpt\n"
+        "from trainforge.errors import UserError\n"
+        "try:\n"
+        f"    ckpt.save_checkpoint(Path({str(root)!r}) / 'checkpoint-1',"
+        " model_state={'w': torch.zeros(2)}, state={}, meta={}, config_yaml='')\n"
+        "except UserError as err:\n"
+        "    print(err.line()); sys.exit(2)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    finally:
+        os.chmod(root, 0o755)
+    assert done.returncode == 2, done.stderr
+    assert "Permission denied" in done.stdout and done.stdout.count("\n") == 1
+    weights, _, _ = ckpt.load_checkpoint(root / "checkpoint-1")
+    assert torch.equal(weights["w"], torch.full((2, 2), 1.0))
+
+
+# ------------------------------------------------------------------ the file format
 def test_hand_written_safetensors_load_with_the_library_in_every_dtype(tmp_path):
     from safetensors.torch import load_file
 

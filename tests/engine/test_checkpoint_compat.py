@@ -112,3 +112,47 @@ def test_resuming_with_another_embedding_dim_is_one_line(tmp_path, monkeypatch, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and str(folder) in lines[0], err
     assert ckpt.verify(folder) is None
+
+
+def test_a_format_1_checkpoint_resumes_into_the_state_registry(
+    tmp_path, points_task, points_config
+):
+    """Format 1 kept the non-finite counts and the best values inside "trainer"; a
+    checkpoint of that layout restores them into the parts that own them now, and the run
+    goes on exactly as from the same checkpoint in format 2."""
+    from trainforge.engine.trainer import Trainer
+
+    cfg = points_config(**{"training.max_steps": 4, "training.per_device_train_batch_size": 8})
+
+    def trainer(run: str) -> Trainer:
+        made = Trainer(points_task(n=64, batch_size=8, shuffle=True), cfg, run_dir=tmp_path / run,
+                       device=torch.device("cpu"), callbacks=[])  # fmt: skip
+        return made
+
+    first = trainer("a")
+    first.total_steps = 2
+    first.fit()
+    first.state.best_metric, first.state.best_step, first.state.best_fast = 0.5, 2, 0.25
+    first.state.nonfinite_steps, first.state.consecutive_nonfinite = 3, 1
+    new = first.save_checkpoint("checkpoint-2", wait=True)
+    model_state, state, meta = ckpt.load_checkpoint(new)
+    assert {"nonfinite", "best", "trainer"} <= set(state) and meta["format"] == ckpt.FORMAT
+    old_state = {k: v for k, v in state.items() if k not in ("nonfinite", "best")}
+    old_state["trainer"] = {**state["trainer"], **state["nonfinite"], **state["best"]}
+    old_state["trainer"]["improved"] = True
+    old = ckpt.save_checkpoint(
+        tmp_path / "a" / "checkpoints" / "checkpoint-2-format-1", model_state=model_state,
+        state=old_state, meta=meta, config_yaml="",
+    )  # fmt: skip
+    restamp(old, format=1)
+
+    ends = []
+    for folder in (new, old):
+        resumed = trainer("b")
+        assert resumed.load_checkpoint(folder)["global_step"] == 2
+        s = resumed.state
+        assert (s.best_metric, s.best_step, s.best_fast, s.improved) == (0.5, 2, 0.25, False)
+        assert (s.nonfinite_steps, s.consecutive_nonfinite, s.global_step) == (3, 1, 2)
+        resumed.fit()
+        ends.append([p.detach().clone() for p in resumed.model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*ends, strict=True))

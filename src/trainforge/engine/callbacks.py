@@ -56,7 +56,7 @@ class EvalCadence(Callback):
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         epoch = trainer.state.epoch
-        if self.every_epochs and (epoch % self.every_epochs == 0 or trainer.is_last_epoch()):
+        if self.every_epochs and (epoch % self.every_epochs == 0 or trainer.all_steps_done()):
             trainer.evaluate()
 
 

@@ -2,7 +2,8 @@
 
 A checkpoint is a folder under `RUN/checkpoints/`:
     model.safetensors    model weights (safetensors: loading never runs code)
-    state.pt             optimizer, scheduler, scaler, loader position, RNG states, counters
+    state.pt             {part name: state} for every other registered part (optimizer,
+                         scheduler, scaler, loader position, RNG states, counters, ...)
                          (torch.save; always read back with weights_only=True)
     config.yaml          the resolved run config
     meta.json            best_val, best_step, best_epoch, config_hash, timestamp, versions
@@ -58,7 +59,10 @@ MANIFEST = "manifest.json"
 RUN_META = "checkpoint_meta.json"
 # The layout above. A newer trainforge that changes it bumps FORMAT; loading a checkpoint of
 # a format this version does not know is refused in one line (see `check_format`).
-FORMAT = 1
+# Format 2: state.pt holds one entry per registered part (`engine.stateful`); format 1 kept
+# the non-finite counts and the best values inside "trainer" (read by `engine.checkpointer`).
+FORMAT = 2
+READS = (1, 2)
 PERIODIC = re.compile(r"^(checkpoint_epoch_(\d+)|checkpoint-(\d+))$")
 
 
@@ -334,11 +338,6 @@ class Snapshot:
         return obj
 
 
-def snapshot(obj: Any) -> Any:
-    """A one-off CPU copy of nested state (see `Snapshot` for the reusable form)."""
-    return Snapshot().copy(obj)
-
-
 def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
     """No NaN or Inf in any floating-point tensor.
 
@@ -453,13 +452,10 @@ class CheckpointWriter:
         self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer")
         self._thread.start()
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def check(self) -> None:
         """Raise a finished write's error now, without waiting for a write in flight."""
-        if self._error is not None and not self.busy:
+        in_flight = self._thread is not None and self._thread.is_alive()
+        if self._error is not None and not in_flight:
             err, self._error = self._error, None
             raise err
 
@@ -593,7 +589,7 @@ def check_format(folder: Path, meta: Mapping[str, Any] | None = None) -> None:
         except (OSError, ValueError):
             return  # `verify` / `load_checkpoint` report a damaged folder
     saved = meta.get("format", 1)
-    if isinstance(saved, int) and saved == FORMAT:
+    if isinstance(saved, int) and saved in READS:
         return
     written_by = (meta.get("versions") or {}).get("trainforge", "an unknown version")
     raise UserError(

@@ -1,7 +1,8 @@
 """Mixed precision: resolve `auto|fp32|fp16|bf16` for a device; autocast and loss scaling.
 
 fp16 on CUDA uses a GradScaler (its state is checkpointed); bf16 needs none; CPU runs fp32
-under `auto` because CPU autocast rarely pays off for training.
+under `auto` because CPU autocast rarely pays off for training. `PrecisionPlan` is what a
+run does with the config's `training.precision` (a `Literal` in the schema) on its device.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ def resolve_precision(requested: str, device: torch.device) -> str:
 
 
 @dataclass
-class Precision:
+class PrecisionPlan:
+    """The resolved precision of a run on its device: its autocast and its loss scaler."""
+
     name: str
     device: torch.device
     scaler: torch.amp.GradScaler | None
 
     @classmethod
-    def create(cls, requested: str, device: torch.device) -> Precision:
+    def create(cls, requested: str, device: torch.device) -> PrecisionPlan:
         name = resolve_precision(requested, device)
         scaler = torch.amp.GradScaler("cuda") if name == "fp16" and device.type == "cuda" else None
         return cls(name=name, device=device, scaler=scaler)
@@ -39,3 +42,7 @@ class Precision:
         if self.name == "fp32":
             return _FP32
         return torch.autocast(device_type=self.device.type, dtype=DTYPES[self.name])
+
+
+# The batch probe still imports the old name; the schema's `Precision` is the config Literal.
+Precision = PrecisionPlan

@@ -14,7 +14,9 @@ appends that as a `test` record to metrics.jsonl, keeps it in `test_metrics` and
 trainforge.json; then it writes `RUN/model/` (save_pretrained + tokenizer + trainforge.json;
 with LoRA also `RUN/adapter/`, and `RUN/model/` only when the adapter is merged) and copies
 the result to `models/<output.model_name>` when one is named. The test split is evaluated
-here, in the task, because the loop only knows train and validation loaders.
+here, in the task, because the training loop only knows train and validation loaders; the
+pass itself is the engine's one evaluation loop (`engine.evaluate.evaluate_batches`) over
+the test split's batches.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from torch import Tensor, nn
 
 from trainforge.config.schema import RunConfig
 from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token_id
-from trainforge.engine.precision import Precision
+from trainforge.engine.evaluate import evaluate_batches
+from trainforge.engine.precision import PrecisionPlan
 from trainforge.engine.task import StepOutput
 from trainforge.errors import UserError
 from trainforge.models import hf
@@ -172,22 +175,15 @@ class CausalLM:
             return None
         dataset = self.test_loader.dataset
         device = next(model.parameters()).device
-        precision = Precision.create(self.config.training.precision, device)
+        precision = PrecisionPlan.create(self.config.training.precision, device)
         size = self.config.evaluation.per_device_eval_batch_size
-        was_training = model.training
-        model.eval()
-        loss_sum, weight, sums = 0.0, 0, {}
-        try:
-            for start in range(0, len(dataset), size):
-                raw = dataset.__getitems__(list(range(start, min(start + size, len(dataset)))))
-                with precision.autocast():
-                    out = self.step(model, self.to_device(raw, device, False))
-                loss_sum += float(out.loss) * out.weight
-                weight += out.weight
-                for key, value in out.sums.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
-        finally:
-            model.train(was_training)
+        batches = (
+            dataset.__getitems__(list(range(start, min(start + size, len(dataset)))))
+            for start in range(0, len(dataset), size)
+        )
+        loss_sum, weight, sums = evaluate_batches(
+            self, model, batches, device=device, precision=precision
+        )
         return self.metrics(loss_sum, weight, sums)
 
     def _log_test(self, run_dir: Path, metrics: dict[str, float], global_step: int) -> None:

@@ -9,7 +9,8 @@ Validation steps also count (true, predicted) pairs on the device, so the end-of
 confusion matrix reuses the last full validation instead of running the validation set
 through the model a second time; it recomputes when that validation does not stand for the
 final weights (a training step or a weight change since, a subset or several passes, or
-several processes each validating a shard).
+several processes each validating a shard), with one pass of the engine's evaluation loop
+(`engine.evaluate.evaluate_batches`) in which `step` counts the pairs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainforge.config.schema import RunConfig
+from trainforge.engine.evaluate import evaluate_batches
 from trainforge.engine.task import StepOutput
 
 
@@ -133,14 +135,13 @@ class ImageClassification:
         cached = self._last_eval_counts()
         if cached is not None:
             return cached.view(num_classes, num_classes).tolist(), list(self.class_names)
-        counts = torch.zeros(num_classes * num_classes, dtype=torch.long, device=device)
-        was_training = model.training
-        model.eval()
-        for raw in self.val_loader:
-            images, labels = self.to_device(raw, device, False)
-            predicted = model(images).argmax(dim=1)
-            counts += torch.bincount(labels * num_classes + predicted, minlength=counts.numel())
-        model.train(was_training)
+        # One pass of the evaluation loop, in fp32: `step` counts the pairs in eval mode.
+        # The counts are taken out after it, so the next validation counts afresh.
+        self._eval_counts = None
+        evaluate_batches(self, model, self.val_loader, device=device)
+        counts, self._eval_counts = self._eval_counts, None
+        if counts is None:  # an empty validation set
+            counts = torch.zeros(num_classes * num_classes, dtype=torch.long)
         return counts.view(num_classes, num_classes).tolist(), list(self.class_names)
 
 

@@ -1,0 +1,115 @@
+"""Evaluation: the one loop that runs a task's model over batches without training, and the
+best tracker.
+
+`evaluate_batches` is the loop. Its caller chooses the batches, which is the hook each use
+needs: the trainer passes the validation loader or its fixed subset (`fixed_subset_loader`),
+the causal-LM task the test split read in order (`tasks.causal_lm.evaluate_test`), the
+image task its validation loader again for a confusion matrix (`tasks.vision`), whose
+per-batch counts the task's own `step` keeps in evaluation mode. Losses and metric sums
+stay on the device until the end of the pass: one read per pass.
+
+`BestTracker` owns the best values of a run (`state.BestValues`, checkpointed as the part
+"best"): the best full-validation value with its step and epoch, and the best
+fast-validation value.
+
+Library considered: torchmetrics (metric objects with their own device state and
+reduction) would replace the task's `sums`, but the task protocol already gives each metric
+as a numerator over the batch weight, which one sum and one reduction serve.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainforge.engine.state import BestValues
+
+
+@torch.no_grad()
+def evaluate_batches(
+    task: Any,
+    model: nn.Module,
+    batches: Iterable[Any],
+    *,
+    device: torch.device,
+    precision: Any = None,
+    module: nn.Module | None = None,
+) -> tuple[float, int, dict[str, float]]:
+    """(loss summed over items, items, metric sums) of `task.step(model, ...)` over loader
+    batches, under `precision`'s autocast (fp32 without one). `module` (default `model`;
+    the unwrapped model when `model` is a DDP or compiled wrapper) is in evaluation mode
+    during the pass and goes back to the mode it was in."""
+    module = module if module is not None else model
+    was_training = module.training
+    module.eval()
+    loss_sum: Any = 0.0
+    weight, sums = 0, {}
+    try:
+        for raw in batches:
+            batch = task.to_device(raw, device, False)
+            with precision.autocast() if precision is not None else contextlib.nullcontext():
+                out = task.step(model, batch)
+            loss_sum = loss_sum + out.loss.float() * out.weight
+            weight += out.weight
+            for key, value in out.sums.items():
+                sums[key] = sums.get(key, 0) + value
+    finally:
+        module.train(was_training)
+    return float(loss_sum), weight, {k: float(v) for k, v in sums.items()}
+
+
+def fixed_subset_loader(loader: Any, fraction: float) -> Any:
+    """A loader over an evenly spaced `fraction` of `loader`'s data set, in a fixed order."""
+    from torch.utils.data import DataLoader, Subset
+
+    dataset = loader.dataset
+    total = len(dataset)
+    count = max(1, round(total * fraction))
+    indices = torch.linspace(0, total - 1, count).round().long().unique().tolist()
+    return DataLoader(
+        Subset(dataset, indices),
+        batch_size=loader.batch_size,
+        shuffle=False,
+        collate_fn=loader.collate_fn,
+        num_workers=0,
+    )
+
+
+class BestTracker:
+    """The best value of `metric` (greater or smaller is better) over full validations, and
+    over fast validations on the fixed subset (which decide only whether to run a full one)."""
+
+    def __init__(self, best: BestValues, metric: str, greater_is_better: bool | None) -> None:
+        self.best = best
+        self.metric = metric
+        self.greater = greater_is_better if greater_is_better is not None else metric == "accuracy"
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.best.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best.load_state_dict(state)
+
+    def _better(self, value: float, best: float | None) -> bool:
+        return best is None or (value > best if self.greater else value < best)
+
+    def full(self, metrics: dict[str, float], step: int, epoch: int) -> bool:
+        """Record a full validation; whether it improved on the best (also `best.improved`)."""
+        b = self.best
+        value = metrics[self.metric]
+        b.improved = self._better(value, b.best_metric)
+        if b.improved:
+            b.best_metric, b.best_step, b.best_epoch = value, step, epoch
+        return b.improved
+
+    def fast(self, metrics: dict[str, float]) -> bool:
+        """Record a fast validation; whether it improved on the best fast value."""
+        value = metrics[self.metric]
+        improved = self._better(value, self.best.best_fast)
+        if improved:
+            self.best.best_fast = value
+        return improved

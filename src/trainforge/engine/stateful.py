@@ -1,0 +1,203 @@
+"""The state registry: every part of a run that has state, registered once by name.
+
+A part is any object with `state_dict()` / `load_state_dict()` (the `Stateful` protocol that
+torch.distributed.checkpoint uses too). The trainer registers its parts when it is built
+(model, optimizer, scheduler, scaler, non-finite guard, best tracker, accumulation sums,
+trainer counters, loader position, RNG); the checkpointer (`engine.checkpointer`) saves and
+restores whatever is registered, so state added to a run is one `register` call and no
+checkpoint code. Each entry says where its state lives:
+
+    weights    the model's tensors: model.safetensors, or the dcp/ shards under FSDP
+    sharded    state that torch.distributed.checkpoint writes per rank under FSDP
+    per_rank   one value per process (loader position, RNG), gathered to rank 0
+    (neither)  one value for the whole run, written by rank 0 into state.pt
+
+Registration order is restore order: the model before the optimizer, the RNG last (so
+nothing restored after it draws from it). An entry may carry a `check` that refuses saved
+state that cannot be restored, in one line, before anything is restored.
+
+This module also holds the small adaptors that give torch objects the protocol in the form
+the checkpoint needs (a model or optimizer under FSDP, a scheduler whose shape comes from
+the config, an optional loss scaler, the global RNGs).
+
+Library considered: torchtitan's CheckpointManager keeps such a dict of `Stateful` objects
+(its ModelWrapper, OptimizersContainer, data loader and train state) and hands it to
+torch.distributed.checkpoint whole. The idea is the same here; the code is not taken from
+it, because torchtitan is a training framework (its own config and trainer) rather than a
+library, and trainforge's single-process format is safetensors plus a `weights_only`
+state.pt, which torchtitan does not write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from trainforge.engine.state import capture_rng, restore_rng
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> Any: ...
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    part: Stateful
+    weights: bool = False
+    sharded: bool = False
+    per_rank: bool = False
+    check: Callable[[Path, Any], None] | None = None  # (folder, saved state): refuse or pass
+
+
+class StateRegistry:
+    """Name -> stateful part of one run, in registration (= restore) order."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, part: Stateful, **where: Any) -> None:
+        assert name not in self._entries, f"state {name!r} registered twice"
+        self._entries[name] = Entry(name, part, **where)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._entries.values())
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def state_dict(self, select: Callable[[Entry], bool]) -> dict[str, Any]:
+        """{name: state} of the entries `select` picks."""
+        return {e.name: e.part.state_dict() for e in self if select(e)}
+
+
+class ModelState:
+    """A model's weights: its own state dict, or the DTensor shards under FSDP."""
+
+    def __init__(self, model: nn.Module, sharded: bool) -> None:
+        self.model, self.sharded = model, sharded
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        if not self.sharded:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.model)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if not self.sharded:
+            self.model.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(self.model, state)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on CPU (under FSDP a collective: every rank calls it,
+        rank 0 gets the tensors)."""
+        if not self.sharded:
+            return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
+
+class OptimizerState:
+    """An optimizer's state: its own, or keyed by parameter name and sharded under FSDP."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> None:
+        self.model, self.optimizer, self.sharded = model, optimizer, sharded
+
+    def state_dict(self) -> dict[str, Any]:
+        if not self.sharded:
+            return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not self.sharded:
+            self.optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state)
+
+
+class ScheduleState:
+    """A `LambdaLR`'s position; its shape (the multiplier) comes from the config."""
+
+    def __init__(self, scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
+        self.scheduler = scheduler
+
+    def state_dict(self) -> dict[str, Any]:
+        state = self.scheduler.state_dict()
+        state.pop("lr_lambdas", None)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = {**state, "lr_lambdas": [None] * len(self.scheduler.lr_lambdas)}
+        self.scheduler.load_state_dict(state)
+
+
+class OptionalState:
+    """A part that may be absent (the loss scaler outside fp16), looked up at each save and
+    load: None is saved, and a saved state is restored only where the part exists."""
+
+    def __init__(self, find: Callable[[], Stateful | None]) -> None:
+        self.find = find
+
+    def state_dict(self) -> Any:
+        part = self.find()
+        return None if part is None else part.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        part = self.find()
+        if part is not None and state:
+            part.load_state_dict(state)
+
+
+class RngState:
+    """Every RNG the run draws from: Python, NumPy, torch CPU and CUDA."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return capture_rng()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        restore_rng(state)
+
+
+def loader_workers_check(loader: Any) -> Callable[[Path, Any], None]:
+    """A `check` for a loader's saved position: it is kept per worker process, so another
+    worker count cannot continue it (torchdata would fail later with an internal assertion)."""
+    from trainforge.errors import UserError
+
+    def check(folder: Path, saved: Any) -> None:
+        have = getattr(loader, "num_workers", None)
+        if have is None or not isinstance(saved, dict):
+            return
+        if "_num_yielded" in saved:
+            was = 0
+        else:
+            snapshot = saved.get("_snapshot")
+            workers = snapshot.get("_worker_snapshots") if isinstance(snapshot, dict) else None
+            was = len(workers) if isinstance(workers, dict) else None
+        if was is not None and was != have:
+            raise UserError(
+                f"checkpoint {folder} was written with data.dataloader_num_workers={was}, "
+                f"this run has {have}",
+                f"resume with --set data.dataloader_num_workers={was} (the loader position "
+                "is kept per worker)",
+            )
+
+    return check
