@@ -49,7 +49,7 @@ def _trainer(run_dir: Path, width: int, async_save: bool) -> Trainer:
 
 def _held_bytes(trainer: Trainer) -> int:
     """Bytes of the reusable CPU copy the trainer's snapshot keeps between saves."""
-    return tensor_bytes(getattr(trainer._snapshot, "_buffers", {}))
+    return tensor_bytes(trainer.checkpointer.storage.snapshot._buffers)
 
 
 def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:

@@ -52,7 +52,7 @@ from common import (
 
 from trainforge.config.loading import load
 from trainforge.data.augment import BatchAugment, crop_flip
-from trainforge.data.cifar import CIFAR10_DEFAULTS
+from trainforge.data.catalog import CIFAR10_MEAN, CIFAR10_STD
 from trainforge.data.loaders import make_loader
 from trainforge.data.memory import TensorImageDataset
 from trainforge.engine.callbacks import Callback
@@ -62,7 +62,7 @@ from trainforge.tasks.vision import ImageClassification
 
 TARGET_SPEEDUP = 8.0
 TARGET_DATA_WAIT = 0.02
-MEAN, STD = CIFAR10_DEFAULTS.mean, CIFAR10_DEFAULTS.std
+MEAN, STD = CIFAR10_MEAN, CIFAR10_STD
 
 
 class SeedCIFAR(VisionDataset):

@@ -26,6 +26,7 @@ from trainforge.registry import (
     LOGGERS,
     OPTIMIZERS,
     PROFILES,
+    SCHEDULES,
     TASKS,
     Registry,
 )
@@ -241,8 +242,10 @@ class OptimizerConfig(Section):
 
 
 class ScheduleConfig(Section):
-    lr_scheduler_type: Literal["cosine", "linear", "constant"] = Field(
-        "cosine", description="Decay after warmup: cosine to min_lr, linear to min_lr, or constant."
+    lr_scheduler_type: Registered(SCHEDULES) = Field(
+        "cosine",
+        description=f"Decay after warmup: {choices(SCHEDULES)}. More schedules: "
+        "trainforge.registry.SCHEDULES.register.",
     )
     warmup_epochs: float = Field(5.0, ge=0.0, description="Linear warmup length in epochs.")
     warmup_steps: int | None = Field(

@@ -36,7 +36,8 @@ import torch
 from trainforge.config.schema import RunConfig
 from trainforge.engine.batch_fit import GIB, FitSearch, OutOfMemory, search_micro_batch
 from trainforge.engine.optimizers import build_optimizer
-from trainforge.engine.precision import Precision
+from trainforge.engine.precision import PrecisionPlan
+from trainforge.engine.prepare import prepare_model
 
 UNIFIED_KINDS = ("jetson", "dgx-spark")
 
@@ -47,13 +48,11 @@ class StepRunner:
     def __init__(self, task: Any, config: RunConfig, device: torch.device) -> None:
         t = config.training
         self.task, self.device = task, device
-        self.model = task.model.to(device)
-        if t.gradient_checkpointing:  # a ViT of ours or a Hugging Face model
-            from trainforge.models.hf import enable_checkpointing
-
-            enable_checkpointing(self.model)
+        # The run's own model preparation (device, channels-last, gradient checkpointing),
+        # without the data-parallel wrapping a one-process probe has no use for.
+        self.model = prepare_model(task.model, config, device, wrap=False).model
         self.model.train()
-        self.precision = Precision.create(t.precision, device)
+        self.precision = PrecisionPlan.create(t.precision, device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
         # The run's own optimizer and parameter groups (`optimizer.name`), so the probe

@@ -42,7 +42,3 @@ class PrecisionPlan:
         if self.name == "fp32":
             return _FP32
         return torch.autocast(device_type=self.device.type, dtype=DTYPES[self.name])
-
-
-# The batch probe still imports the old name; the schema's `Precision` is the config Literal.
-Precision = PrecisionPlan

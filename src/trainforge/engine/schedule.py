@@ -43,16 +43,19 @@ Shape = Callable[[float, float], float]
 
 @SCHEDULES.register("cosine")
 def cosine(progress: float, min_ratio: float) -> float:
+    """Half a cosine from the peak down to min_lr (the ViT guide)."""
     return min_ratio + (1.0 - min_ratio) * (0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 @SCHEDULES.register("linear")
 def linear(progress: float, min_ratio: float) -> float:
+    """A straight line from the peak down to min_lr."""
     return min_ratio + (1.0 - min_ratio) * (1.0 - progress)
 
 
 @SCHEDULES.register("constant")
 def constant(progress: float, min_ratio: float) -> float:
+    """The peak rate after warmup, unchanged to the end."""
     return 1.0
 
 
