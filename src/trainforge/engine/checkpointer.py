@@ -74,6 +74,7 @@ class Checkpointer:
         describe: Callable[[], dict[str, Any]],
         config_yaml: str,
         settings: CheckpointConfig,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         assert not set(FRAMING) & set(registry.names())
         self.registry = registry
@@ -86,7 +87,7 @@ class Checkpointer:
             background=settings.async_save, on_error=settings.on_save_error
         )
         self.storage: PlainStorage | ShardedStorage = (
-            ShardedStorage() if sharded else PlainStorage()
+            ShardedStorage() if sharded else PlainStorage(settings.async_save, optimizer)
         )
 
     # ------------------------------------------------------------------ save
@@ -160,10 +161,18 @@ class Checkpointer:
 
 
 class PlainStorage:
-    """model.safetensors + state.pt, written by rank 0 from a CPU copy (see module doc)."""
+    """model.safetensors + state.pt, written by rank 0 from a CPU copy (see module doc).
 
-    def __init__(self) -> None:
-        self.snapshot = ckpt.Snapshot()
+    `background`: the write runs on the writer thread while training goes on, so the state is
+    copied first; the weights and optimizer moments (which only `optimizer.step` changes) are
+    copied on a helper thread during the next forward and backward. A synchronous save
+    writes the CPU tensors as they are (nothing trains meanwhile) and copies only device
+    tensors."""
+
+    def __init__(
+        self, background: bool = True, optimizer: torch.optim.Optimizer | None = None
+    ) -> None:
+        self.snapshot = ckpt.Snapshot(copy=background, optimizer=optimizer if background else None)
 
     def save(self, c: Checkpointer, name: str, wait: bool) -> bool:
         folder = c.root / name

@@ -119,7 +119,7 @@ class Trainer:
         self.checkpointer = Checkpointer(
             _state_registry(self), root=run_dir / "checkpoints", sharded=self.sharded,
             describe=lambda: _checkpoint_meta(self), config_yaml=config_yaml,
-            settings=config.checkpoint,
+            settings=config.checkpoint, optimizer=self.optimizer,
         )  # fmt: skip
         self.last_grad_norm: torch.Tensor | None = None
         self.last_step_loss: torch.Tensor | None = None
