@@ -37,6 +37,8 @@ SPECIAL_VALUES: dict[str, str] = {
     # int | auto: a round batch (half the file's 64) rather than the rule's odd 65;
     # the cpu profile has no micro-batch cap, so the plan keeps it as the micro-batch
     "per_device_train_batch_size": "32",
+    # a registered name (the schema checks it against the schedule registry)
+    "lr_scheduler_type": "linear",
 }
 
 

@@ -147,6 +147,8 @@ def test_filters_are_narrow():
              "torchdata.stateful_dataloader.stateful_dataloader"),
             ("Grad strides do not match bucket view strides. This may ...", UserWarning,
              "torch.autograd.graph"),
+            ("`is_gradient_checkpointing` is deprecated and will be removed in v6.",
+             FutureWarning, "transformers.modeling_utils"),
             ("'set_vital' is deprecated, please do not call", UserWarning, "mypackage.loader"),
             ("something else is deprecated", UserWarning, "torchdata.loader"),
         ):  # fmt: skip

@@ -43,6 +43,11 @@ def test_wandb_project_group_and_dir_from_the_environment(tmp_path, wandb_home):
         logger.log("train", {"loss": 1.0}, 1, 0.1)
     finally:
         logger.close()
+    # close() finishes the run; the W&B service process writes and closes the .wandb file
+    # when it shuts down, and teardown() waits for that however loaded the machine is.
+    import wandb
+
+    wandb.teardown()
     (offline,) = (tmp_path / "wb" / "wandb").glob("offline-run-*")
     (data,) = offline.glob("run-*.wandb")
     recorded = data.read_bytes()

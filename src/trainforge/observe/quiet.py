@@ -7,6 +7,9 @@ with the reason it is noise. Everything else, warnings included, still reaches t
   ViT channels-last image batches, so the patch convolution's weight gradient comes out
   channels-last while its parameter (and DDP's bucket view) is contiguous; the reducer copies
   that one small gradient into its bucket, which costs nothing measurable.
+- transformers 5's "`is_gradient_checkpointing` is deprecated": peft's `get_peft_model` reads
+  that property when LoRA is added; trainforge's own code uses the successor
+  (`models.hf.enable_checkpointing`), so only a peft release can remove the call.
 - MLflow's "Creating initial MLflow database tables..." INFO lines from its SQLite store
   (MLFLOW_LOGGING_LEVEL, when set, is honoured instead).
 - Hugging Face "Loading weights" / "Writing model shards" bars: off through
@@ -32,6 +35,7 @@ from typing import Any
 WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (r"'set_vital' is deprecated", UserWarning, r"torchdata\."),
     (r"Grad strides do not match bucket view strides", UserWarning, r"torch\.autograd\."),
+    (r"`is_gradient_checkpointing` is deprecated", FutureWarning, r"transformers\."),
 )
 # Loggers whose INFO lines are set-up chatter, raised to WARNING.
 CHATTY_LOGGERS = ("mlflow.store.db.utils",)
