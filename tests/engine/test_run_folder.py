@@ -212,3 +212,51 @@ def test_a_folder_in_use_by_another_training_is_refused_naming_the_holder(tmp_pa
         os.close(held)
     assert folder.holder() is None  # released: the next training may take it
     os.close(folder.lock())
+
+
+def test_two_resumes_of_one_folder_the_second_refused_and_a_kill_9_lock_taken_over(tmp_path):
+    """Two `trainforge train --resume runs/X` together: the second gets one line naming the
+    first's process, exit 2. After kill -9 of the first (its `.lock` file left behind), the
+    next resume takes the folder over and finishes."""
+    import time
+
+    out = tmp_path / "runs"
+    run = RunFolder(out / "shared")
+    first_flags = [
+        *flags(out, "shared"),
+        "--max_steps",
+        "100000",
+        "--set",
+        "checkpoint.save_steps=5",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "trainforge", "train", *first_flags],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + DEADLINE_S  # waits for events; the deadline is a hang
+        while not (run.lock_file.is_file() and ckpt.list_checkpoints(run.checkpoints)):
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            assert time.monotonic() < deadline, "the first run never saved a checkpoint"
+            time.sleep(0.2)
+        second = subprocess.run(
+            [sys.executable, "-m", "trainforge", "train", "--resume", str(run.path)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stdout + second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert f"is in use by process {first.pid} (trainforge train)" in line
+        assert "Traceback" not in second.stdout + second.stderr
+        assert first.poll() is None  # the refusal touched nothing of the first run
+    finally:
+        first.kill()  # SIGKILL: no handler runs, the `.lock` file stays behind
+        first.wait(timeout=DEADLINE_S)
+    assert run.lock_file.is_file() and run.holder() is None  # a stale marker, no holder
+    last = ckpt.list_checkpoints(run.checkpoints)[-1].global_step
+    third = subprocess.run(
+        [sys.executable, "-m", "trainforge", "train", "--resume", str(run.path),
+         "--max_steps", str(last + 2)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert f"done: finished after {last + 2} steps" in third.stdout

@@ -155,3 +155,32 @@ def test_resume_needs_the_config_file_only_without_run_json(make_client, monkeyp
     response = client.post("/api/runs/digits-web/resume")
     assert response.status_code == 409
     assert "config/vit_digits.yaml no longer exists" in response.json()["detail"]
+
+
+def test_a_folder_a_terminal_run_is_using_is_refused_by_resume_and_by_a_new_run(
+    make_client, monkeypatch, project
+):
+    """A `trainforge train` from a terminal holds the run folder (its lock): the web app
+    neither resumes into it nor starts a run over it, Overwrite ticked or not."""
+    import os
+
+    client = make_client()
+    stopped_run(client, monkeypatch)
+    folder = RunFolder(project / "runs" / "digits-web")
+    held = folder.lock()  # as the terminal's run holds it
+    try:
+        folder.mark_holder()
+        resumed = client.post("/api/runs/digits-web/resume")
+        assert resumed.status_code == 409
+        assert resumed.json()["detail"] == (
+            f"runs/digits-web is in use by process {os.getpid()} (trainforge train). "
+            "stop that run first"
+        )
+        fresh = client.post("/api/runs", json=run_form(output_name="digits-web", overwrite=True))
+        assert fresh.status_code == 422, fresh.json()
+        assert "runs/digits-web is in use by process" in str(fresh.json())
+        assert status(client, "digits-web")["attempts"] == 1  # nothing was launched
+    finally:
+        os.close(held)
+    assert client.post("/api/runs/digits-web/resume").status_code == 202  # released
+    assert finished(client, "digits-web")["status"] == "completed"

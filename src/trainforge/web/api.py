@@ -145,6 +145,10 @@ def _name_conflict(state: AppState, form: TrainForm, lm: bool) -> str | None:
     existing = state.registry.get(form.output_name)
     if existing is not None and existing.active:
         return f"run {form.output_name} is {existing.status}; pick another name"
+    holder = state.settings.run_folder(form.output_name).holder()
+    if holder is not None:  # a `trainforge train` from a terminal is using the folder
+        folder = state.settings.cli_run_folder(form.output_name)
+        return f"{folder.path} is in use by {holder}; pick another name or stop that run"
     if form.overwrite:
         return None
     found = state.settings.run_folder(form.output_name).occupied()

@@ -209,6 +209,10 @@ class Runner:
             raise UserError(f"run {run_id} is still {record.status}", "stop it first")
         if record.status == "completed":
             raise UserError(f"run {run_id} has completed", "start a new run from Train Model")
+        holder = self.settings.run_folder(run_id).holder()
+        if holder is not None:  # e.g. `trainforge train --resume runs/NAME` from a terminal
+            folder = self.settings.cli_run_folder(run_id)
+            raise UserError(f"{folder.path} is in use by {holder}", "stop that run first")
         return self.submit(record, resume=True)
 
     def _require(self, run_id: str) -> RunRecord:
