@@ -55,6 +55,12 @@ def _root(
 _FORWARD = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def _exit_with(code: int) -> None:
+    """End the command with a subcommand's nonzero exit code; return when it is 0."""
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command("train", context_settings=_FORWARD, add_help_option=False)
 def train(ctx: typer.Context) -> None:
     """Train: `train CONFIG [FLAGS]` or `train --resume runs/NAME [FLAGS]` (--help: flags)."""
@@ -318,9 +324,7 @@ def jetson_wheel(
     from trainforge.hardware.jetson_wheels import main as wheel_main
 
     argv = (["--jetpack", jetpack] if jetpack else []) + list(ctx.args)
-    code = wheel_main(argv)
-    if code:
-        raise typer.Exit(code)
+    _exit_with(wheel_main(argv))
 
 
 @app.command()
@@ -337,9 +341,7 @@ def doctor(
     """Check this machine for training: each finding with its fix; exit 1 with findings."""
     from trainforge.doctor import main as doctor_main
 
-    code = doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture)
-    if code:
-        raise typer.Exit(code)
+    _exit_with(doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture))
 
 
 @app.command(
@@ -351,9 +353,7 @@ def models(ctx: typer.Context) -> None:
     """Hugging Face model folders: `models list`, `models init NAME --arch gpt2|llama ...`."""
     from trainforge.models.cli import main as models_main
 
-    code = models_main(list(ctx.args))
-    if code:
-        raise typer.Exit(code)
+    _exit_with(models_main(list(ctx.args)))
 
 
 @app.command("export", context_settings=_FORWARD, add_help_option=False)
@@ -361,9 +361,7 @@ def export_cmd(ctx: typer.Context) -> None:
     """Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."""
     from trainforge.export.cli import export_main
 
-    code = export_main(list(ctx.args))
-    if code:
-        raise typer.Exit(code)
+    _exit_with(export_main(list(ctx.args)))
 
 
 @app.command("bench-infer", context_settings=_FORWARD, add_help_option=False)
@@ -371,9 +369,7 @@ def bench_infer_cmd(ctx: typer.Context) -> None:
     """Inference latency of export artifacts side by side: `bench-infer ARTIFACT...`."""
     from trainforge.export.cli import bench_main
 
-    code = bench_main(list(ctx.args))
-    if code:
-        raise typer.Exit(code)
+    _exit_with(bench_main(list(ctx.args)))
 
 
 @app.command("slurm", context_settings=_FORWARD, add_help_option=False)
@@ -381,9 +377,7 @@ def slurm_cmd(ctx: typer.Context) -> None:
     """Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS [--submit]`."""
     from trainforge.launch.cli import slurm_main
 
-    code = slurm_main(list(ctx.args))
-    if code:
-        raise typer.Exit(code)
+    _exit_with(slurm_main(list(ctx.args)))
 
 
 @app.command()
