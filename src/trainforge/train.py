@@ -72,12 +72,11 @@ def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: st
 
 
 def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -> RunSummary:
-    import torch
 
     from trainforge.engine.batch_fit import resolve_auto_batch
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
-    from trainforge.hardware.threads import thread_count
+    from trainforge.hardware.threads import apply_threads, thread_count
     from trainforge.observe.loggers import build_loggers, flatten
     from trainforge.run import header, outputs, resume
     from trainforge.run.callbacks import build_callbacks
@@ -88,7 +87,7 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     main = parallel.context().is_main
     start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
-    torch.set_num_threads(thread_count(resolved.config.training.num_threads, recorded))
+    apply_threads(thread_count(resolved.config.training.num_threads, recorded))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(
         resolved, platform, device, build_task=build_task, start_from=start_from

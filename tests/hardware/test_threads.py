@@ -94,3 +94,18 @@ def test_a_resume_keeps_the_thread_count_the_run_started_with(monkeypatch, capsy
         assert thread_count(None, recorded=3) == 1  # and the launcher's
     finally:
         torch.set_num_threads(before)
+
+
+def test_threads_are_set_only_when_the_count_changes(monkeypatch):
+    """An explicit `torch.set_num_threads` to the count torch already has slows small CPU
+    kernels (attention) several-fold, so the budget is applied only as a change."""
+    import torch
+
+    from trainforge.hardware.threads import apply_threads
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    apply_threads(torch.get_num_threads())
+    assert calls == []
+    apply_threads(torch.get_num_threads() + 1)
+    assert calls == [torch.get_num_threads() + 1]

@@ -78,6 +78,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware import detect, resolve_device
+    from trainforge.hardware.threads import apply_threads
     from trainforge.observe import JsonlLogger
     from trainforge.run.callbacks import build_callbacks
 
@@ -86,7 +87,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
     config = finetune_config(job, o.finetune_epochs, lr)
     device = torch.device(resolve_device(config.training.device, detect()))
     if config.training.num_threads:
-        torch.set_num_threads(config.training.num_threads)  # as `trainforge train` does
+        apply_threads(config.training.num_threads)  # as `trainforge train` does
     seed_everything(config.training.seed)
     task = job.kind.finetune_task(config, model)
     finetune_run = RunFolder(folder / "finetune")  # the fine-tuning's own run folder
