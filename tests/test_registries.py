@@ -64,8 +64,7 @@ def test_builtins_load_without_importing_torch(kind):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     )
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    if not seen["names"]:
-        pytest.skip(f"no built-in {kind} is registered on this branch yet")
+    assert seen["names"], f"no built-in {kind} is registered"
     assert not seen["torch"], f"registering the built-in {kind}s imported torch"
 
 
@@ -89,8 +88,7 @@ def test_docs_list_every_name(kind):
 def test_an_unknown_name_is_one_line_with_a_suggestion(kind):
     registry = REGISTRIES[kind]
     names = registry.names()
-    if not names:
-        pytest.skip(f"no built-in {kind} is registered on this branch yet")
+    assert names, f"no built-in {kind} is registered"
     typo = names[0] + "z"
     with pytest.raises(UserError) as caught:
         registry.get(typo)
