@@ -289,3 +289,21 @@ def test_resume_from_a_damaged_or_missing_path_is_one_line(tmp_path, monkeypatch
     # No fallback to the good checkpoint-2, nothing written next to them.
     assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
     assert sorted(p.name for p in (tmp_path / "vit_digits").iterdir()) == ["checkpoints"]
+
+
+def test_the_process_entry_leaves_the_last_collection_out(monkeypatch):
+    """`trainforge` and `python -m trainforge` end with gc.freeze(); tests calling main() in
+    their own process do not."""
+    import gc
+
+    from trainforge import cli
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(sys, "argv", ["trainforge", "--version"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert frozen == []
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert frozen == [True]

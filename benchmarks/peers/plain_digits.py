@@ -9,7 +9,7 @@ evaluation every 5 epochs) and one final save. It prints `first_step_unix`, `las
 (after the last epoch's evaluation) and the validation accuracy; whole_job.py times the
 process around them.
 
-Usage: python benchmarks/peers/plain_digits.py OUT_DIR [--epochs N] [--warmup-epochs N]
+Usage: python benchmarks/peers/plain_digits.py OUT_DIR [--epochs N] [--warmup-epochs N] [--seed N]
 """
 
 from __future__ import annotations
@@ -83,10 +83,11 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--epochs", type=int, default=RECIPE["num_epochs"])
     parser.add_argument("--warmup-epochs", type=int, default=RECIPE["warmup_epochs"])
+    parser.add_argument("--seed", type=int, default=RECIPE["seed"])
     args = parser.parse_args()
     r = RECIPE
-    torch.manual_seed(r["seed"])
-    generator = torch.Generator().manual_seed(r["seed"])
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
     train_x, train_y, val_x, val_y = load_data(r["val_fraction"])
     model = VisionTransformer(
         image_size=8, channels=1, num_classes=10, patch_size=4, embedding_dim=128,

@@ -1,3 +1,3 @@
-from trainforge.cli import main
+from trainforge.cli import entry
 
-main()
+entry()

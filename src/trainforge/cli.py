@@ -438,6 +438,23 @@ def serve(
     )
 
 
+def entry() -> None:
+    """The process entry (`trainforge`, `python -m trainforge`): `main()`, then a quick exit.
+
+    Everything the command wrote is closed by then; what is left is the interpreter's
+    shutdown, whose garbage collection over every object torch and the libraries created
+    took 0.7 s of the main job's 0.9 s exit on a 2-core CPU. `gc.freeze()` leaves those
+    objects out of that last collection; modules, files and atexit hooks still close as
+    usual. Only here, not in `main()`, which tests call inside their own process.
+    """
+    try:
+        main()
+    finally:
+        import gc
+
+        gc.freeze()
+
+
 def main() -> None:
     from trainforge.observe.quiet import install as quiet_console
 
