@@ -127,7 +127,7 @@ def test_malicious_pickle_is_refused(tmp_path):
         pickle.dump({"x": Canary(str(canary))}, fh)
     # Re-sign the manifest so only the pickle check stands between the file and execution.
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["state.pt"] = ckpt._sha256(folder / "state.pt")
+    manifest["state.pt"] = ckpt.file_digest(folder / "state.pt")
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="refused"):
         ckpt.load_checkpoint(folder)
@@ -271,7 +271,24 @@ def test_manifest_hashes_match_the_bytes_on_disk(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(manifest) == ["config.yaml", "meta.json", "model.safetensors", "state.pt"]
     for name, digest in manifest.items():
-        assert ckpt._sha256(folder / name) == digest, name
+        assert digest.startswith("xxh3_128:"), name
+        assert ckpt.file_digest(folder / name) == digest, name
+
+
+def test_a_manifest_of_sha256_sums_from_earlier_versions_still_verifies(tmp_path):
+    import hashlib
+
+    root = tmp_path / "checkpoints"
+    folder = save(root / "checkpoint-1")
+    manifest = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in json.loads((folder / "manifest.json").read_text())
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert [c.path.name for c in ckpt.list_checkpoints(root)] == ["checkpoint-1"]
+    ckpt.load_checkpoint(folder)
+    (folder / "config.yaml").write_text("changed: true\n")  # a changed byte is still caught
+    assert ckpt.list_checkpoints(root) == []
 
 
 def test_rotation_rehashes_only_what_changed_since_this_process_wrote_it(tmp_path, monkeypatch):
@@ -279,8 +296,10 @@ def test_rotation_rehashes_only_what_changed_since_this_process_wrote_it(tmp_pat
     for step in (1, 2):
         save(root / f"checkpoint-{step}", step=step)
     hashed = []
-    real = ckpt._sha256
-    monkeypatch.setattr(ckpt, "_sha256", lambda path: hashed.append(path.name) or real(path))
+    real = ckpt.file_digest
+    monkeypatch.setattr(
+        ckpt, "file_digest", lambda path, like=None: hashed.append(path.name) or real(path, like)
+    )
     ckpt.rotate(root, keep=5)
     assert hashed == []  # both were written here and have not changed
     (root / "checkpoint-1" / "model.safetensors").write_bytes(b"garbage")

@@ -32,7 +32,7 @@ def restamp(folder: Path, **changes) -> None:
     meta.update(changes)
     (folder / "meta.json").write_text(json.dumps(meta))
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["meta.json"] = ckpt._sha256(folder / "meta.json")
+    manifest["meta.json"] = ckpt.file_digest(folder / "meta.json")
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 

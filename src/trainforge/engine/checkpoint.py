@@ -7,7 +7,7 @@ A checkpoint is a folder under `RUN/checkpoints/`:
                          (torch.save; always read back with weights_only=True)
     config.yaml          the resolved run config
     meta.json            best_val, best_step, best_epoch, config_hash, timestamp, versions
-    manifest.json        sha256 of every file above, written last
+    manifest.json        a checksum (XXH3-128) of every file above, written last
 It is written into a hidden temporary folder, fsynced, then renamed into place, so a crash
 leaves either the old checkpoint or the new one, never half of one. Loading checks the
 manifest; a folder without a valid manifest is not a checkpoint. `recover` tidies what a
@@ -36,7 +36,6 @@ files: writing, verifying, loading, refusing and rotating them live in one place
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -51,7 +50,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from trainforge.engine.checkpoint_write import tensor_bytes, write_file, write_safetensors
+from trainforge.engine.checkpoint_write import (
+    file_digest,
+    tensor_bytes,
+    write_file,
+    write_safetensors,
+)
 from trainforge.errors import UserError
 from trainforge.storage import StorageError, storage_error
 
@@ -92,14 +96,6 @@ def _signature(folder: Path, names: list[str]) -> tuple | None:
 def _remember_verified(folder: Path, manifest: Mapping[str, str]) -> None:
     names = [*manifest, MANIFEST]
     _VERIFIED[folder] = (names, _signature(folder, names))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_file(path: Path) -> None:
@@ -146,7 +142,7 @@ def save_checkpoint(
             )
         else:  # shards other ranks wrote: hashed by reading them back
             for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
-                manifest[str(path.relative_to(tmp))] = _sha256(path)
+                manifest[str(path.relative_to(tmp))] = file_digest(path)
         manifest.update(_write_small_files(tmp, state, meta, config_yaml))
         text = json.dumps(dict(sorted(manifest.items())), indent=2).encode("utf-8")
         write_file(tmp / MANIFEST, lambda out: out.write(text), False)
@@ -167,7 +163,7 @@ def save_checkpoint(
 def _write_small_files(
     tmp: Path, state: Mapping[str, Any], meta: Mapping[str, Any], config_yaml: str
 ) -> dict[str, str]:
-    """state.pt, config.yaml and meta.json, not yet fsynced: {name: sha256}."""
+    """state.pt, config.yaml and meta.json, not yet fsynced: {name: checksum}."""
     return {
         "state.pt": write_file(tmp / "state.pt", lambda out: torch.save(dict(state), out), False),
         "config.yaml": write_file(
@@ -486,7 +482,7 @@ def verify(folder: Path, *, cached: bool = False) -> str | None:
         path = folder / name
         if not path.is_file():
             return f"missing {name}"
-        if _sha256(path) != digest:
+        if file_digest(path, like=digest) != digest:
             return f"checksum mismatch in {name}"
     _remember_verified(folder, manifest)
     return None

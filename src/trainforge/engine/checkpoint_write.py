@@ -1,12 +1,20 @@
 """Writing checkpoint files at the cost of their bytes: each byte is written once, hashed on
 its way to the disk (no second read for the manifest) and fsynced on the open handle.
 
-`HashingFile` is the file object every checkpoint file goes through. `write_safetensors`
-writes the safetensors format (8-byte little-endian header length, JSON header, raw tensor
-bytes) straight from the tensors' memory. The safetensors library's own `save_file` was
-used before: it first turns every tensor into a `bytes` copy and writes the file itself, so
-the manifest needed a second pass that read the whole file back. The files written here are
-read with the library's `load_file`, which checks the header, dtypes and offsets.
+`HashingFile` is the file object every checkpoint file goes through. The manifest's checksum
+is XXH3-128 (the xxhash library), written as `xxh3_128:<hex>`: it detects torn and corrupted
+files as well as a cryptographic hash would, at about 12 GB/s on one core against sha256's
+1.5 GB/s (a 48 MB state: 4 ms against 32 ms, which made a synchronous save 1.4x a plain
+`torch.save`). The manifest guards against crashes and bit rot, not against someone forging
+a file: checkpoints are trusted as the run folder is. Manifests of earlier versions hold bare
+sha256 hex values and still verify (`file_digest` follows the recorded value's notation).
+
+`write_safetensors` writes the safetensors format (8-byte little-endian header length, JSON
+header, raw tensor bytes) straight from the tensors' memory. The safetensors library's own
+`save_file` was used before: it first turns every tensor into a `bytes` copy and writes the
+file itself, so the manifest needed a second pass that read the whole file back. The files
+written here are read with the library's `load_file`, which checks the header, dtypes and
+offsets.
 """
 
 from __future__ import annotations
@@ -16,11 +24,11 @@ import json
 import os
 import struct
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
+import xxhash
 
 SAFETENSORS_DTYPES = {
     torch.float64: "F64",
@@ -38,44 +46,41 @@ SAFETENSORS_DTYPES = {
 }
 
 
-# Chunks at least this big are hashed on a helper thread while the calling thread writes
-# them: both release the GIL, so hashing costs no wall time where a second core is free.
-PARALLEL_HASH_BYTES = 1 << 20
-_HASHER: ThreadPoolExecutor | None = None
+DIGEST = "xxh3_128"  # the manifest's checksum, the prefix of every value it records
 
 
-def _hasher() -> ThreadPoolExecutor:
-    global _HASHER
-    if _HASHER is None:
-        _HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-hash")
-    return _HASHER
+def digest_text(hasher: Any) -> str:
+    return f"{DIGEST}:{hasher.hexdigest()}"
+
+
+def file_digest(path: Path, like: str | None = None) -> str:
+    """`path`'s checksum read back, in the manifest's notation; `like`, a recorded value,
+    picks its algorithm (a bare hex value: sha256, as manifests of earlier versions hold)."""
+    legacy = like is not None and ":" not in like
+    hasher = hashlib.sha256() if legacy else xxhash.xxh3_128()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest() if legacy else digest_text(hasher)
 
 
 class HashingFile:
-    """A file opened for writing whose bytes are hashed (sha256) as they are written.
+    """A file opened for writing whose bytes are hashed (XXH3-128) as they are written.
 
-    `close()` flushes (fsyncing the open handle when `sync`) and returns the hex digest; a
-    file object
-    `torch.save` can write to (it needs `write` and `flush`). `write` returns only when the
-    chunk is both written and hashed, so the caller may reuse its buffer at once."""
+    A file object `torch.save` can write to (it needs `write` and `flush`); `close()`
+    flushes (fsyncing the open handle when `sync`) and returns the checksum as the manifest
+    records it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
-        self._sha = hashlib.sha256()
+        self._hash = xxhash.xxh3_128()
         self.num_bytes = 0
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
-        if view.nbytes < PARALLEL_HASH_BYTES:
-            self._sha.update(view)
-            self._fh.write(view)
-        else:
-            hashed = _hasher().submit(self._sha.update, view)
-            try:
-                self._fh.write(view)
-            finally:
-                hashed.result()
+        self._hash.update(view)
+        self._fh.write(view)
         self.num_bytes += view.nbytes
         return view.nbytes
 
@@ -89,14 +94,14 @@ class HashingFile:
                 os.fsync(self._fh.fileno())
         finally:
             self._fh.close()
-        return self._sha.hexdigest()
+        return digest_text(self._hash)
 
     def abort(self) -> None:
         self._fh.close()
 
 
 def write_file(path: Path, write: Any, sync: bool = True) -> str:
-    """Create `path`, call `write(file)`, fsync unless not `sync`; the sha256 written.
+    """Create `path`, call `write(file)`, fsync unless not `sync`; the checksum written.
 
     Several files written with `sync=False` and fsynced together afterwards cost one
     journal commit on ext4 and XFS instead of one each."""
