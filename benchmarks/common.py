@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
+from trainforge.observe.quiet import install as _quiet_console
+
+_quiet_console()  # trainforge's narrow filters for known library noise, as the CLI installs them
 T = TypeVar("T")
 
 

@@ -23,15 +23,13 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-warnings.filterwarnings("ignore", message=".*set_vital.*")
 
-from common import machine_line  # noqa: E402
+from common import machine_line
 
 REPO = Path(__file__).resolve().parents[1]
 G2P = REPO / "example_datasets" / "g2p"

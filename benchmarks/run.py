@@ -11,13 +11,11 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-warnings.filterwarnings("ignore", message=".*set_vital.*")
 
-from common import machine_line  # noqa: E402
+from common import machine_line
 
 # (module, ratio key, target, "<=" or ">=" or "info"): an "info" row has no target of its
 # own and is printed as measured (e.g. 2-process scaling on a 2-core machine).
