@@ -6,9 +6,10 @@ INT8 ONNX, 50 % pruned with one fine-tune epoch, fp32 safetensors), and every ar
 timed by `trainforge.export.bench` in this one process on the same inputs: batch 1 and
 batch 32, warm-up outside the timed calls, the p50 and p99 of a fixed number of calls.
 
-Ratios are against the fp32 PyTorch model measured in the same run; the seed's embedded
-profile asks for post-optimisation inference under 5 ms, checked on the ONNX model's batch-1
-p50. Accuracy next to the fp32 model's comes from each artifact's export summary.
+Ratios are against the fp32 PyTorch model measured in the same run; the training-pipeline
+assets README's embedded profile asks for post-optimisation inference under 5 ms, checked on
+the ONNX model's batch-1 p50. Accuracy next to the fp32 model's comes from each artifact's
+export summary.
 """
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ def run(
         pipelines = Pipelines(num_images, batch_size, workers)
         pipelines.seed()  # warm-up: workers started
         pipelines.trainforge()
-        # Equal cores: the seed's worker processes run one thread each, so trainforge, whose
+        # Equal cores: the guide pipeline's workers run one thread each, so trainforge, whose
         # augmentation runs in the training process, gets as many intra-op threads (what a
         # run does: `training.num_threads` defaults to all cores). The one-thread row shows
         # what a single core gives.

@@ -16,8 +16,8 @@ the total; its own column says how long after the exit the page was complete, an
 process starts only then, so it never slows the other side.
 
 Pair i trains with seed i on both sides, and the accuracy compared is the mean over the
-pairs: one seed's validation accuracy moves by a few of the 360 images from seed to seed on
-either side, so a single seed would compare draws, not recipes.
+pairs: the validation accuracy of a run moves by a few of the 360 images from one seed to the
+next on either side, so a single seed would compare draws, not recipes.
 
 Targets (issue "performance end to end"): whole process <= 1.05x the plain script, start-up
 at most 1.5 s more, validation accuracy equal or better. Both sides run with a private
