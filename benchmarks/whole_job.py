@@ -27,7 +27,9 @@ thread budget (hardware/threads.py) while the plain script takes every core.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import pty
 import re
@@ -108,9 +110,9 @@ def _await_report(path: Path, exited: float, deadline_s: float = 600.0) -> float
     return path.stat().st_mtime - exited
 
 
-def run_trainforge(epochs: int, warmup: int, tmp: Path, index: int, seed: int = 0) -> Timing:
+def run_trainforge(epochs: int, warmup: int, tmp: Path, seed: int) -> Timing:
     out = tmp / "runs"
-    name = f"whole-{index}"
+    name = f"whole-{seed}"
     sets = [f"output.dir={out}", f"output.run_name={name}", "output.overwrite=true",
             f"training.num_train_epochs={epochs}", f"schedule.warmup_epochs={warmup}",
             f"training.seed={seed}"]  # fmt: skip
@@ -133,8 +135,8 @@ def run_trainforge(epochs: int, warmup: int, tmp: Path, index: int, seed: int = 
     )
 
 
-def run_plain(epochs: int, warmup: int, tmp: Path, index: int, seed: int = 0) -> Timing:
-    argv = [sys.executable, str(PLAIN), str(tmp / f"plain-{index}"), "--epochs", str(epochs),
+def run_plain(epochs: int, warmup: int, tmp: Path, seed: int) -> Timing:
+    argv = [sys.executable, str(PLAIN), str(tmp / f"plain-{seed}"), "--epochs", str(epochs),
             "--warmup-epochs", str(warmup), "--seed", str(seed)]  # fmt: skip
     started, ended, lines = _run_lines(argv, _env(tmp))
     stamps = {}
@@ -157,15 +159,14 @@ def run(epochs: int = 40, pairs: int = 3, warmup: int = 3) -> tuple[str, dict[st
     the tests."""
     with tempfile.TemporaryDirectory(prefix="whole-job-") as folder:
         tmp = Path(folder)
-        seeds = {"trainforge": iter(range(pairs)), "plain": iter(range(pairs))}
-        counter = iter(range(10_000))
+        rounds = {"trainforge": itertools.count(), "plain": itertools.count()}  # = the seed
         results = alternate(
             {
                 "trainforge train": lambda: run_trainforge(
-                    epochs, warmup, tmp, next(counter), next(seeds["trainforge"])
+                    epochs, warmup, tmp, next(rounds["trainforge"])
                 ),
                 "plain PyTorch script": lambda: run_plain(
-                    epochs, warmup, tmp, next(counter), next(seeds["plain"])
+                    epochs, warmup, tmp, next(rounds["plain"])
                 ),
             },
             pairs,
@@ -179,7 +180,7 @@ def run(epochs: int = 40, pairs: int = 3, warmup: int = 3) -> tuple[str, dict[st
     }
     rows = [
         [name, f"{t.total_s:.2f}", f"{t.startup_s:.2f}", f"{t.train_s:.2f}", f"{t.finish_s:.2f}",
-         "-" if t.report_s != t.report_s else f"{t.report_s:.2f}",
+         "-" if math.isnan(t.report_s) else f"{t.report_s:.2f}",
          f"{mean_accuracy[name] * 100:.2f} %",
          " ".join(f"{r.accuracy * 100:.1f}" for r in results[name]),
          " ".join(f"{r.total_s:.1f}" for r in results[name])]
