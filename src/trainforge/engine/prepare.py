@@ -3,8 +3,8 @@
 It owns the order of the steps and the one place each is done: the device, cuDNN's
 benchmark mode, channels-last weights, gradient checkpointing, the data-parallel wrapping
 (FSDP2 `fully_shard` per block of every ModuleList then the whole model, or DDP) and
-`torch.compile`. The trainer calls `prepare_model`; the batch probe and pruning can call it
-with `wrap=False` (one process, no compile) to get the same model the run trains.
+`torch.compile`. The trainer calls `prepare_model`; the batch probe calls it with
+`wrap=False` (one process, no compile) to get the same model the run trains.
 
 Library considered: accelerate's `Accelerator.prepare` does the device, DDP/FSDP and
 compile steps, but it also owns the loaders, the optimizer and mixed precision, which the
@@ -38,12 +38,14 @@ class PreparedModel:
         if self.sharded:
             self.model.set_requires_gradient_sync(not skip_reduce)
             return contextlib.nullcontext()
+        if not skip_reduce:  # the micro-batch that closes a window reduces as usual
+            return contextlib.nullcontext()
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = getattr(self.forward, "_orig_mod", self.forward)  # under torch.compile
-        if skip_reduce and isinstance(ddp, DistributedDataParallel):
-            return ddp.no_sync()
-        return contextlib.nullcontext()
+        return (
+            ddp.no_sync() if isinstance(ddp, DistributedDataParallel) else contextlib.nullcontext()
+        )
 
 
 def prepare_model(

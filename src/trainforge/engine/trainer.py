@@ -87,7 +87,7 @@ class Trainer:
         peak_tflops: float | None = None,
     ) -> None:
         self.task, self.config, self.run_dir, self.device = task, config, run_dir, device
-        self.callbacks, self.config_yaml, self.config_hash = callbacks, config_yaml, config_hash
+        self.callbacks, self.config_hash = callbacks, config_hash
         self.sync = sync or (torch.cuda.synchronize if device.type == "cuda" else (lambda: None))
         t = config.training
         self.accumulation = t.gradient_accumulation_steps
@@ -244,13 +244,13 @@ class Trainer:
             closes = sums.micro + 1 >= self.accumulation or self.state.batch_in_epoch + 1 >= (
                 num_batches
             )
-            weighted, out = self._forward_backward(batch, closes, raw)
             samples = self.task.batch_size(raw)
+            weighted, out = self._forward_backward(batch, closes, samples)
             sums.add(weighted, out, samples)
             self.state.samples_seen += samples
             self.state.batch_in_epoch += 1
             epoch_done = self.state.batch_in_epoch >= num_batches
-            if (sums.micro >= self.accumulation or epoch_done) and self._optimizer_step():
+            if closes and self._optimizer_step():
                 self.writer.check()  # a background save the disk refused stops the run here
                 self.emit("on_step_end")
             self.emit("on_batch_end")
@@ -260,9 +260,10 @@ class Trainer:
             if self.all_steps_done() or self.should_stop:  # settling may stop a diverged run
                 return False
 
-    def _forward_backward(self, batch: Any, closes: bool, raw: Any) -> tuple[torch.Tensor, Any]:
-        """One micro-batch: forward, loss, backward; (its detached loss for the sums, output).
-        `closes`: it ends the accumulation window (gradients are reduced across ranks)."""
+    def _forward_backward(self, batch: Any, closes: bool, samples: int) -> tuple[torch.Tensor, Any]:
+        """One micro-batch of `samples` items: forward, loss, backward; (its detached loss for
+        the sums, output). `closes`: it ends the accumulation window (gradients are reduced
+        across ranks)."""
         counter = self._flop_counter()
         with counter, self.prepared.no_sync(not closes):
             counting = counter is not _NO_COUNT and not self.dist.enabled
@@ -280,7 +281,7 @@ class Trainer:
             else:
                 loss.backward()
         if counter is not _NO_COUNT:
-            self.flops_per_sample = counter.get_total_flops() / self.task.batch_size(raw)
+            self.flops_per_sample = counter.get_total_flops() / samples
         return weighted, out
 
     def _flop_counter(self) -> Any:
@@ -405,12 +406,11 @@ class Trainer:
         self.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self._clock_start = time.monotonic()
-        folder = self.run_dir / "checkpoints" / name
+        folder = self.checkpointer.root / name
         reports = self.checkpointer.save(name, wait=wait)
-        if reports:
-            self.meter.paused_s += time.perf_counter() - paused_from
         self.last_checkpoint = folder
         if reports:
+            self.meter.paused_s += time.perf_counter() - paused_from
             self.emit("on_save", folder)
         return folder
 
