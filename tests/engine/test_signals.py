@@ -34,8 +34,14 @@ TINY = [
 
 
 def start(
-    tmp_path: Path, *extra: str, env: dict | None = None, python: list[str] | None = None
+    tmp_path: Path,
+    *extra: str,
+    env: dict | None = None,
+    python: list[str] | None = None,
+    sigint: signal.Handlers = signal.SIG_DFL,
 ) -> subprocess.Popen:
+    """The child starts with SIGINT's default action, or ignored (`SIG_IGN`) as a job a script
+    puts in the background starts, whatever the test runner itself was started with."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200", **(env or {}))
     return subprocess.Popen(
         [sys.executable, *(python or ["-m", "trainforge"]), "train",
@@ -43,6 +49,7 @@ def start(
          "--set", f"output.dir={tmp_path / 'runs'}", "--set", "output.run_name=sig", *TINY,
          *extra],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )  # fmt: skip
 
 
@@ -63,9 +70,14 @@ def wait_for_training(tmp_path: Path, proc: subprocess.Popen, timeout: float = D
     pytest.fail("training did not start")
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1"])
-def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig):
-    proc = start(tmp_path, "--set", "training.max_steps=100000")
+@pytest.mark.parametrize(
+    ("sig", "sigint"),
+    [("SIGINT", signal.SIG_DFL), ("SIGINT", signal.SIG_IGN), ("SIGTERM", signal.SIG_DFL),
+     ("SIGUSR1", signal.SIG_DFL)],
+    ids=["SIGINT", "SIGINT-started-ignored", "SIGTERM", "SIGUSR1"],
+)  # fmt: skip
+def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig, sigint):
+    proc = start(tmp_path, "--set", "training.max_steps=100000", sigint=sigint)
     wait_for_training(tmp_path, proc)
     proc.send_signal(getattr(signal, sig))
     out, _ = proc.communicate(timeout=DEADLINE_S)
@@ -96,10 +108,13 @@ runpy.run_module("trainforge", run_name="__main__")
 """
 
 
-def test_double_ctrl_c_aborts_at_once(tmp_path):
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_double_ctrl_c_aborts_at_once(tmp_path, sigint):
     script = tmp_path / "slow_save.py"
     script.write_text(SLOW_INTERRUPT_SAVE)
-    proc = start(tmp_path, "--set", "training.max_steps=100000", python=[str(script)])
+    proc = start(
+        tmp_path, "--set", "training.max_steps=100000", python=[str(script)], sigint=sigint
+    )
     watchdog = threading.Timer(2 * DEADLINE_S, proc.kill)  # only for a hung process
     watchdog.start()
     try:

@@ -120,7 +120,10 @@ class GracefulStop(Callback):
 
     The handler only records the signal (no file I/O in a signal handler); the checkpoint is
     written from the loop after the current micro-batch, mid accumulation window if need be.
-    The handler also puts the previous handler back, so a second Ctrl+C aborts at once.
+    The handler also puts the previous handler back, so a second Ctrl+C aborts at once. A
+    process started with the signal ignored (a job a script put in the background, a
+    service manager) still stops gracefully on the first and aborts on the second: an
+    ignored SIGINT comes back as Python's KeyboardInterrupt, any other as the default action.
     """
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
@@ -131,7 +134,14 @@ class GracefulStop(Callback):
 
     def _handler(self, signum: int, _frame: Any) -> None:
         self.received = signal.Signals(signum).name
-        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+        signal.signal(signum, self._second(signum))
+
+    def _second(self, signum: int) -> Any:
+        """What a second signal of this kind does: the previous handler, never nothing."""
+        previous = self._previous.get(signum)
+        if previous not in (None, signal.SIG_IGN):
+            return previous
+        return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
 
     def on_fit_start(self, trainer: Trainer) -> None:
         for name in self.SIGNALS:
