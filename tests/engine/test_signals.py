@@ -33,6 +33,21 @@ TINY = [
 ]  # fmt: skip
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_training_left_behind():
+    """A failed test (a deadline passed) kills what it started, so no hung training lingers
+    and counts as a running training for every later one on the machine."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def start(
     tmp_path: Path,
     *extra: str,
@@ -43,7 +58,7 @@ def start(
     """The child starts with SIGINT's default action, or ignored (`SIG_IGN`) as a job a script
     puts in the background starts, whatever the test runner itself was started with."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200", **(env or {}))
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, *(python or ["-m", "trainforge"]), "train",
          str(REPO / "config/vit_digits.yaml"),
          "--set", f"output.dir={tmp_path / 'runs'}", "--set", "output.run_name=sig", *TINY,
@@ -51,6 +66,8 @@ def start(
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )  # fmt: skip
+    _STARTED.append(proc)
+    return proc
 
 
 # Deadlines are for a hung process, not for speed: a loaded 2-core machine may take minutes to
