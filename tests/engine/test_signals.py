@@ -3,7 +3,8 @@
 Ctrl+C (SIGINT), SIGTERM and SIGUSR1 finish the micro-batch, write `checkpoint_interrupted`,
 say where it is and how to resume, and exit with 128 + the signal number; a second Ctrl+C
 aborts at once. Under Slurm, SIGUSR1 also runs `scontrol requeue` (a recorded fake here)
-and the restarted job resumes by itself.
+and the restarted job resumes by itself. A child started with SIGINT ignored behaves the same;
+the last test checks the handler's hand-over in this process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine.callbacks import GracefulStop
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -216,3 +218,24 @@ def test_ranks_agree_on_the_signal_and_prefer_the_requeue_signal(monkeypatch):
         assert trainer.stop_signal == "SIGUSR1"
     assert seen == [0, GracefulStop.SIGNALS.index("SIGTERM") + 1]
     assert saved == ["checkpoint_interrupted"] * 2
+
+
+@pytest.mark.parametrize("name", GracefulStop.SIGNALS)
+def test_a_signal_ignored_at_start_is_caught_once_then_aborts_and_is_ignored_again_after(name):
+    """In this process: whatever the signal did before (ignored here), the first is recorded,
+    the second aborts (KeyboardInterrupt for SIGINT, the default action for the others), and
+    the end of fit puts "ignored" back."""
+    sig = getattr(signal, name)
+    before = signal.signal(sig, signal.SIG_IGN)
+    try:
+        stop = GracefulStop()
+        stop.on_fit_start(None)
+        assert signal.getsignal(sig) == stop._handler
+        signal.raise_signal(sig)
+        assert stop.received == name
+        second = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+        assert signal.getsignal(sig) is second
+        stop.on_fit_end(None)
+        assert signal.getsignal(sig) is signal.SIG_IGN
+    finally:
+        signal.signal(sig, before)
