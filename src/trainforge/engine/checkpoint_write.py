@@ -49,7 +49,7 @@ SAFETENSORS_DTYPES = {
 DIGEST = "xxh3_128"  # the manifest's checksum, the prefix of every value it records
 
 
-def digest_text(hasher: Any) -> str:
+def _digest_text(hasher: Any) -> str:
     return f"{DIGEST}:{hasher.hexdigest()}"
 
 
@@ -61,7 +61,7 @@ def file_digest(path: Path, like: str | None = None) -> str:
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             hasher.update(chunk)
-    return hasher.hexdigest() if legacy else digest_text(hasher)
+    return hasher.hexdigest() if legacy else _digest_text(hasher)
 
 
 class HashingFile:
@@ -94,7 +94,7 @@ class HashingFile:
                 os.fsync(self._fh.fileno())
         finally:
             self._fh.close()
-        return digest_text(self._hash)
+        return _digest_text(self._hash)
 
     def abort(self) -> None:
         self._fh.close()
