@@ -249,6 +249,8 @@ def config_show(ctx: typer.Context) -> None:
             print(line, file=sys.stderr)
         raise typer.Exit(2) from None
     print(f"# profile: {resolved.profile.name} ({resolved.profile_reason})")
+    for line in resolved.rules:
+        print(f"# rule: {line}")
     for line in resolved.notes:
         print(f"# {line}")
     width = max(len(k) for k in resolved.sources)

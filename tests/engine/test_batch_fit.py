@@ -312,6 +312,19 @@ def test_a_global_batch_that_cannot_be_kept_is_said_and_the_rate_scaled(tmp_path
     assert "for effective batch 127 -> " in lr_line and "effective batch 129" in lr_line
 
 
+def test_a_batch_nobody_tuned_the_rate_for_never_scales_it(tmp_path, monkeypatch):
+    """No reference batch stated: neither the plan (127 asked, not the schema's 128) nor an
+    inexact fit (129) scales the rate."""
+    monkeypatch.setattr(batch_probe, "fit", fake_fit(50))
+    text = "training: {per_device_train_batch_size: auto}\noptimizer: {learning_rate: 1.0e-3}\n"
+    resolved = resolve(tmp_path, text, "training.global_batch_size=127")
+    assert resolved.config.optimizer.learning_rate == 1e-3
+    resolved, line = resolve_auto_batch(resolved, None, None)
+    assert "= global 129 (asked for 127, no exact split fits; budget " in line
+    assert resolved.config.optimizer.learning_rate == 1e-3
+    assert not any(n.startswith("learning rate") for n in resolved.notes)
+
+
 def test_auto_from_a_flag_keeps_the_files_global_batch(tmp_path, monkeypatch):
     calls: list[int] = []
     monkeypatch.setattr(batch_probe, "fit", fake_fit(10, calls))

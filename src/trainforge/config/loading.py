@@ -60,6 +60,7 @@ class ResolvedConfig:
     layers: dict[str, Any] = field(default_factory=dict)
     profile_requested: str | None = None  # --profile as given (None: the file's or auto)
     notes: tuple[str, ...] = ()  # lines the run prints about how it was resolved
+    rules: tuple[str, ...] = ()  # which rule decided the micro-batch and the rate (config show)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -4,8 +4,12 @@ The run config is the recipe: its effective batch (samples per optimizer step, a
 accumulation and processes) and its learning-rate schedule are the same on every machine.
 The hardware profile only decides how to run it: `hardware.micro_batch_size` caps the
 micro-batch, and the plan splits each process's share of the effective batch into
-micro-batches no larger than that, accumulating the rest. Learning-rate scaling applies only
-when the command line changes the effective batch away from the recipe's reference batch.
+micro-batches no larger than that, accumulating the rest. A micro-batch the user's run
+config sets itself (file, environment or flag) is the user's "how": a cap too, which a
+profile may lower but never raise. Learning-rate scaling applies only when the command line
+changes the effective batch away from a reference batch the user's config states (its own
+batch, or `optimizer.reference_batch_size`), never against the schema's default. The rule
+that decided the micro-batch and the rate is kept in `rules`, which `config show` prints.
 Precision and device `auto` are resolved for the target here too, so `config show`, the
 run header and `config.resolved.yaml` all show what the run will do, each with its source.
 
@@ -20,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trainforge.config.lr_scaling import rescale
+from trainforge.config.lr_scaling import plan_rate
 from trainforge.config.schema import RunConfig, TrainingConfig
 
 if TYPE_CHECKING:
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 
 # The effective batch of `per_device_train_batch_size: auto` when nothing names one.
 AUTO_GLOBAL_BATCH = 128
+# The layers that are the user's own: a value from one of them is the user's "how".
+USER_SOURCES = ("file ", "env", "flag")
 
 
 @dataclass(frozen=True)
@@ -112,17 +118,30 @@ def _recipe_batch(training: dict[str, Any]) -> int | None:
         return None
 
 
-def reference_batch(resolved: ResolvedConfig) -> int:
-    """The effective batch the learning rate was tuned for: optimizer.reference_batch_size,
-    else what the run config file asks for (defaults under it, no profile, no flags)."""
-    config = resolved.config
-    if config.optimizer.reference_batch_size:
-        return config.optimizer.reference_batch_size
+def _file_training(resolved: ResolvedConfig) -> dict[str, Any]:
     file_data = resolved.layers.get("file")
     file_training = file_data.get("training") if isinstance(file_data, dict) else None
-    if not isinstance(file_training, dict):
-        file_training = {}
-    return _recipe_batch(file_training) or AUTO_GLOBAL_BATCH
+    return file_training if isinstance(file_training, dict) else {}
+
+
+def reference_batch(resolved: ResolvedConfig) -> tuple[int | None, str]:
+    """(the effective batch the learning rate was tuned for, where it is stated):
+    optimizer.reference_batch_size, else the batch the run config file itself states
+    (defaults under it, no profile, no flags); (None, "") when neither states one, so that
+    nothing scales the rate against the schema's default batch."""
+    config = resolved.config
+    if config.optimizer.reference_batch_size:
+        source = resolved.sources.get("optimizer.reference_batch_size", "default")
+        return config.optimizer.reference_batch_size, f"optimizer.reference_batch_size, {source}"
+    training = _file_training(resolved)
+    states = training.get("global_batch_size") is not None or training.get(
+        "per_device_train_batch_size"
+    ) not in (None, "auto")
+    batch = _recipe_batch(training) if states else None
+    if batch is None or batch < 1:  # < 1: a bad value, reported by validation
+        return None, ""
+    where = f"file {resolved.path}" if resolved.path else "the recorded run config"
+    return batch, f"the run config's own batch, {where}"
 
 
 def effective_batch(resolved: ResolvedConfig) -> int:
@@ -131,8 +150,57 @@ def effective_batch(resolved: ResolvedConfig) -> int:
     if t.global_batch_size:
         return t.global_batch_size
     if t.per_device_train_batch_size == "auto":
-        return reference_batch(resolved)
+        return (
+            resolved.config.optimizer.reference_batch_size
+            or _recipe_batch(_file_training(resolved))
+            or AUTO_GLOBAL_BATCH
+        )
     return t.per_device_train_batch_size * t.gradient_accumulation_steps
+
+
+def user_micro_batch(resolved: ResolvedConfig) -> tuple[int, str] | None:
+    """(the micro-batch the user's run config sets itself, its source); None when it is the
+    schema's default or auto."""
+    micro = resolved.config.training.per_device_train_batch_size
+    source = resolved.sources.get("training.per_device_train_batch_size", "default")
+    if micro == "auto" or not source.startswith(USER_SOURCES):
+        return None
+    return micro, source
+
+
+def micro_batch_cap(resolved: ResolvedConfig) -> tuple[int | str, str]:
+    """(the largest micro-batch the plan may use, or auto to probe at start; the rule that
+    decided it). The user's own micro-batch is a cap that hardware.micro_batch_size may lower
+    but never raise; a profile's auto probe does not override it either."""
+    config = resolved.config
+    hardware = config.hardware.micro_batch_size
+    hw_source = resolved.sources.get("hardware.micro_batch_size", "default")
+    hw = f"hardware.micro_batch_size {hardware} ({hw_source})"
+    probe = "micro-batch auto: the largest that fits is probed at start, the effective batch kept"
+    user = user_micro_batch(resolved)
+    if config.training.per_device_train_batch_size == "auto":
+        return "auto", probe
+    if user is None:
+        micro = config.training.per_device_train_batch_size
+        if hardware == "auto":
+            return "auto", f"{probe} ({hw})"
+        if hardware is None:
+            return micro, (
+                f"micro-batch at most {micro}: training.per_device_train_batch_size (default), "
+                "no hardware.micro_batch_size"
+            )
+        return hardware, f"micro-batch at most {hardware}: {hw}"
+    micro, source = user
+    own = f"the run config's own micro-batch {micro} ({source})"
+    if hardware == "auto" and hw_source.startswith(USER_SOURCES):
+        return "auto", f"{probe} ({hw})"
+    if hardware is None:
+        return micro, f"micro-batch at most {micro}: {own}"
+    if hardware == "auto":
+        return micro, f"micro-batch at most {micro}: {own}; {hw} does not probe over it"
+    if hardware < micro:
+        return hardware, f"micro-batch at most {hardware}: {hw} lowers {own}"
+    return micro, f"micro-batch at most {micro}: {own}; {hw} may lower it, never raise it"
 
 
 def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> ResolvedConfig:
@@ -140,7 +208,7 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     batch, learning rate, warmup, precision, device), sources naming the plan, and the
     lines the run prints about it in `notes`."""
     config, sources, notes = resolved.config, dict(resolved.sources), list(resolved.notes)
-    training, plan_note = _plan_batch(resolved, world_size)
+    training, plan_note, batch_rule = _plan_batch(resolved, world_size)
     if plan_note:
         notes.append(plan_note)
     _mark(sources, training, config.training, "plan")
@@ -152,7 +220,8 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
         * training["gradient_accumulation_steps"]
         * world_size
     )
-    optimizer, line = rescale(optimizer, sources, reference_batch(resolved), used)
+    reference, where = reference_batch(resolved)
+    optimizer, line, rate_rule = plan_rate(optimizer, sources, reference, where, used)
     if line:
         notes.append(line)
     schedule, warmup_note = _fit_warmup(config, sources)
@@ -166,7 +235,8 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
             "schedule": schedule,
         }
     )
-    return replace(resolved, config=final, sources=sources, notes=tuple(notes))
+    rules = (*resolved.rules, batch_rule, rate_rule)
+    return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
 
 
 def _mark(sources: dict[str, str], new: dict[str, Any], old: Any, label: str) -> None:
@@ -176,15 +246,13 @@ def _mark(sources: dict[str, str], new: dict[str, Any], old: Any, label: str) ->
             sources[path] = f"{label} ({sources.get(path, 'default')})"
 
 
-def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, Any], str]:
-    config = resolved.config
-    t, cap = config.training, config.hardware.micro_batch_size
+def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, Any], str, str]:
     batch = effective_batch(resolved)
-    if t.per_device_train_batch_size == "auto" or cap == "auto":
+    cap, rule = micro_batch_cap(resolved)
+    if not isinstance(cap, int):
         # The micro-batch is probed with real steps at start; the effective batch is kept.
-        return {"per_device_train_batch_size": "auto", "global_batch_size": batch}, ""
-    recipe_micro = t.per_device_train_batch_size
-    plan = plan_accumulation(min(cap or recipe_micro, batch), batch, world_size)
+        return {"per_device_train_batch_size": "auto", "global_batch_size": batch}, "", rule
+    plan = plan_accumulation(min(cap, batch), batch, world_size)
     out = {
         "per_device_train_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.accumulation,
@@ -195,11 +263,11 @@ def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, An
         world = f" x {world_size} processes" if world_size > 1 else ""
         note = (
             f"batch: the effective batch {batch} has no exact split into micro-batches of at "
-            f"most {cap or recipe_micro}{world}; training with {plan.micro_batch} x "
+            f"most {cap}{world}; training with {plan.micro_batch} x "
             f"{plan.accumulation}{world} = {plan.global_batch} (set "
             "training.global_batch_size to a multiple of the process count to keep it)"
         )
-    return out, note
+    return out, note, rule
 
 
 def _fit_warmup(config: RunConfig, sources: dict[str, str]) -> tuple[Any, str]:

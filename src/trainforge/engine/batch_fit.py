@@ -292,6 +292,7 @@ def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
     from dataclasses import replace
 
     from trainforge.config.lr_scaling import rescale
+    from trainforge.config.plan import reference_batch
 
     config = resolved.config
     training = config.training.model_copy(
@@ -308,7 +309,9 @@ def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
         "training.global_batch_size",
     ):
         sources[key] = f"batch fit ({sources.get(key, 'default')})"
-    optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
+    optimizer, line = config.optimizer, ""
+    if reference_batch(resolved)[0] is not None:  # never scaled against a schema default
+        optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
     notes = [*resolved.notes, line] if line else list(resolved.notes)
     return replace(
         resolved,
