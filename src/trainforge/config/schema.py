@@ -217,7 +217,9 @@ class OptimizerConfig(Section):
     lr_scaling: Literal["linear", "sqrt", "none"] = Field(
         "linear",
         description="When the command line changes the effective batch away from the "
-        "recipe's reference batch, scale learning_rate by new/reference (linear, the "
+        "reference batch the user's config states (optimizer.reference_batch_size, else the "
+        "run config file's own batch; none stated: never scaled), scale learning_rate by "
+        "new/reference (linear, the "
         "training-optimisation notes' rule: 3e-4 x 20/24 = 2.5e-4), by its square root, or "
         "not at all. A profile, the process count or a micro-batch probe never changes the "
         "effective batch, so they never scale the rate; a learning rate given on the command "
@@ -227,7 +229,8 @@ class OptimizerConfig(Section):
         None,
         ge=1,
         description="Effective batch learning_rate was tuned for (None: the effective batch "
-        "the run config file itself asks for).",
+        "the run config file itself states; a file that states none is never scaled, since "
+        "the schema's default batch is no batch anyone tuned a rate for).",
     )
 
     @field_validator("name")
@@ -264,8 +267,10 @@ class TrainingConfig(Section):
         description="The recipe's batch per optimizer step on one device, before "
         "accumulation: per_device_train_batch_size x gradient_accumulation_steps is the "
         "effective batch unless global_batch_size names it. The hardware profile never "
-        "changes it; the resolved plan splits the effective batch over processes and "
-        "micro-batches (hardware.micro_batch_size) and writes the micro-batch here. auto: "
+        "changes the effective batch; the resolved plan splits it over processes and "
+        "micro-batches (hardware.micro_batch_size) and writes the micro-batch here. Set by the "
+        "run config itself (file, environment or flag), it is also the largest micro-batch: a "
+        "profile may lower it, never raise it (the Jetson guide's 1 x 4 stays 1 x 4). auto: "
         "keep the effective batch and probe the largest micro-batch that fits.",
     )
     global_batch_size: int | None = Field(
@@ -474,8 +479,10 @@ class HardwareConfig(Section):
         None,
         description="Largest micro-batch per device this hardware runs (a profile's "
         "setting): the plan splits each process's share of the effective batch into "
-        "micro-batches no larger than this and accumulates the rest. auto: probe the largest "
-        "that fits the memory budget with real training steps. None: no limit.",
+        "micro-batches no larger than this and accumulates the rest; a micro-batch the run "
+        "config sets itself (training.per_device_train_batch_size) stays a cap this only "
+        "lowers. auto: probe the largest that fits the memory budget with real training "
+        "steps. None: no limit.",
     )
 
     @field_validator("micro_batch_size", mode="before")
