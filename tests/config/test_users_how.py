@@ -76,6 +76,16 @@ def test_config_show_keeps_the_jetson_guides_1_x_4_on_the_jetson_profile(monkeyp
     assert rule in out.splitlines()
 
 
+def test_a_run_on_the_recorded_orin_plans_the_guides_1_x_4():
+    """What `train config/jetson_training.json` plans on a Jetson: profile auto picks
+    jetson-orin from the recorded board, and the plan keeps the guide's micro-batch."""
+    orin = detect(load_fixture(REPO / "tests" / "hardware" / "fixtures" / "jetson-orin-jp6"))
+    resolved = validate(GUIDE_JSON, platform=orin)
+    assert resolved.profile.name == "jetson-orin"
+    assert resolved.config.training.device == "cuda"
+    assert split(resolved) == (1, 4, 4)
+
+
 @pytest.mark.parametrize("profile", list_profiles())
 @pytest.mark.parametrize("world", [1, 2])
 def test_no_profile_raises_the_jetson_guides_micro_batch(profile, world):
