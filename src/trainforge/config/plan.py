@@ -235,7 +235,7 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
             "schedule": schedule,
         }
     )
-    rules = (*resolved.rules, batch_rule, rate_rule)
+    rules = (batch_rule, rate_rule)  # planned once: the rules of this plan only
     return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
 
 
