@@ -122,7 +122,8 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     if main:
         resume.record_run(folder, resolved, trainer)
         header.warn_space(folder, config, trainer)
-    if start_from is not None:
-        resume.restore(trainer, start_from, config)
+    guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
+    if main:
+        resume.record_segment(folder, trainer, start_from, *guarantee)
     result = outputs.fit_or_abort(trainer, folder)
     return outputs.finish(trainer, result, folder, resolved, platform, callbacks)

@@ -65,7 +65,7 @@ def test_loads_extracted_folder_through_torchvision(make_cfg, tiny_cifar, monkey
     test_rows = tiny_cifar["payloads"]["test_batch"][b"data"].reshape(-1, 3, 32, 32)
     assert torch.equal(val_images, torch.from_numpy(test_rows)[:16])
     assert val_labels.tolist() == tiny_cifar["payloads"]["test_batch"][b"labels"][:16]
-    images, labels = next(iter(data.train_loader))
+    images, labels, _bits = next(iter(data.train_loader))
     assert images.dtype == torch.uint8 and images.shape == (16, 3, 32, 32)
     assert labels.dtype == torch.int64
     assert data.augment.crop_padding_px == 4 and data.augment.horizontal_flip is True

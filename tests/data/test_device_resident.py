@@ -24,7 +24,7 @@ def test_a_data_set_that_fits_is_gathered_on_the_device_without_workers(
         device=META,
     )  # fmt: skip
     assert data.train_loader.num_workers == 0 and not data.train_loader.pin_memory
-    images, labels = next(iter(data.train_loader))
+    images, labels, _bits = next(iter(data.train_loader))
     assert images.device == META and images.dtype == torch.uint8
     assert images.shape == (64, 1, 8, 8) and labels.device == META
     assert next(iter(data.val_loader))[0].device == META

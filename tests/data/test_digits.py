@@ -19,7 +19,7 @@ def test_digits_shapes_dtypes_and_split_sizes(make_cfg) -> None:
     assert (data.num_classes, data.channels, data.image_size) == (10, 1, 8)
     assert data.class_names == [str(digit) for digit in range(10)]
     assert (data.num_train, data.num_val) == (1438, 359)
-    images, labels = next(iter(data.train_loader))
+    images, labels, _bits = next(iter(data.train_loader))
     assert images.shape == (64, 1, 8, 8) and images.dtype == torch.uint8
     assert labels.shape == (64,) and labels.dtype == torch.int64
     val_images, val_labels = _all_batches(data.val_loader)

@@ -23,8 +23,9 @@ def _batches(loader, num_epochs: int) -> list[tuple[torch.Tensor, torch.Tensor]]
 
 def _assert_same(left, right) -> None:
     assert len(left) == len(right)
-    for (images_a, labels_a), (images_b, labels_b) in zip(left, right, strict=True):
-        assert torch.equal(images_a, images_b) and torch.equal(labels_a, labels_b)
+    for batch_a, batch_b in zip(left, right, strict=True):
+        assert len(batch_a) == len(batch_b) == 3  # images, labels, each sample's random bits
+        assert all(torch.equal(a, b) for a, b in zip(batch_a, batch_b, strict=True))
 
 
 def test_same_seed_same_order_and_epochs_differ(make_cfg) -> None:
@@ -32,7 +33,7 @@ def test_same_seed_same_order_and_epochs_differ(make_cfg) -> None:
     _assert_same(first, _batches(_train_loader(make_cfg), num_epochs=2))
     assert len(first) == 10 and first[4][1].shape == (1438 - 4 * BATCH_SIZE,)
     assert not torch.equal(first[0][1], first[5][1])  # each epoch reshuffles
-    epoch_labels = torch.cat([labels for _, labels in first[:5]])
+    epoch_labels = torch.cat([batch[1] for batch in first[:5]])
     assert epoch_labels.shape == (1438,)
 
 
@@ -94,27 +95,27 @@ def test_worker_options_only_with_workers(make_cfg) -> None:
     assert data.val_loader.num_workers == 1
 
 
-def test_batch_slices_equal_torchs_batch_sampler_over_the_same_order():
+def test_one_process_batches_equal_torchs_batch_sampler_over_the_same_order():
     from torch.utils.data import BatchSampler
 
-    from trainforge.data.sampling import EpochShuffleBatchSampler, EpochShuffleSampler
+    from trainforge.data.sampling import EpochShuffleSampler, StepBatchSampler
 
-    for total, batch, world in ((100, 16, 1), (101, 7, 2), (5, 8, 1)):
-        for rank in range(world):
-            ours = EpochShuffleBatchSampler(EpochShuffleSampler(total, 3, rank, world), batch)
-            torchs = BatchSampler(EpochShuffleSampler(total, 3, rank, world), batch, False)
-            assert len(ours) == len(torchs)
-            for _epoch in range(3):
-                assert list(ours) == list(torchs)
+    for total, batch in ((100, 16), (101, 7), (5, 8)):
+        ours = StepBatchSampler(total, 3, batch)
+        torchs = BatchSampler(EpochShuffleSampler(total, 3), batch, False)
+        assert len(ours) == len(torchs)
+        for _epoch in range(3):
+            assert list(ours) == list(torchs)
 
 
 def test_a_loader_state_saved_by_the_per_index_iterator_still_resumes():
-    """Checkpoints written before batch slicing hold torch's BatchSampler iterator state."""
-    from trainforge.data.sampling import EpochShuffleBatchSampler, EpochShuffleSampler
+    """Checkpoints written before the step layout count samples, some inside torch's
+    BatchSampler iterator state."""
+    from trainforge.data.sampling import StepBatchSampler
 
-    sampler = EpochShuffleBatchSampler(EpochShuffleSampler(50, 1), 10)
+    sampler = StepBatchSampler(50, 1, 10)
     reference = [list(sampler) for _ in range(3)]
-    resumed = EpochShuffleBatchSampler(EpochShuffleSampler(50, 1), 10)
+    resumed = StepBatchSampler(50, 1, 10)
     iterator = iter(resumed)
     old = {"samples_yielded": 20, "sampler_iter_state": {"epoch": 1, "num_yielded": 20}}
     iterator.load_state_dict(old)

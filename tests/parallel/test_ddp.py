@@ -20,7 +20,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainforge.data.sampling import EpochShuffleSampler
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -90,17 +89,6 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], 
         assert torch.allclose(x, y, rtol=0, atol=1e-4), key
         diffs.append((x - y).abs().flatten())
     assert torch.cat(diffs).median() < 1e-7
-
-
-def test_shards_are_a_partition_of_the_single_process_batches():
-    single = list(EpochShuffleSampler(100, 7).order(3))
-    ranks = [EpochShuffleSampler(100, 7, rank=r, world_size=2).order(3) for r in (0, 1)]
-    for k in range(5):  # batch k of 10 per rank == batch k of 20 in one process
-        assert sorted(ranks[0][k * 10 : (k + 1) * 10] + ranks[1][k * 10 : (k + 1) * 10]) == sorted(
-            single[k * 20 : (k + 1) * 20]
-        )
-    odd = [EpochShuffleSampler(101, 7, rank=r, world_size=2) for r in (0, 1)]
-    assert len(odd[0]) == len(odd[1]) == 51  # padded by wrapping: equal steps on every rank
 
 
 @pytest.mark.dist

@@ -91,8 +91,10 @@ class BatchAugment(torch.nn.Module):
     RandomHorizontalFlip(p=0.5) per image, ToTensor (/255 -> float32), Normalize(mean, std).
     eval: ToTensor + Normalize only.
 
-    Randomness comes from torch's global RNG for the images' device unless a generator is passed,
-    so checkpointing torch's RNG state makes training augmentation reproducible.
+    Training batches bring each sample's random bits (keyed by seed, epoch and sample index,
+    `data.sampling.sample_keys`), so an image's crop and flip do not depend on the process,
+    the micro-batch or a resume. Without them randomness comes from a passed generator or
+    torch's global RNG for the images' device.
     """
 
     def __init__(
@@ -112,13 +114,20 @@ class BatchAugment(torch.nn.Module):
         self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(-1, 1, 1))
 
     def forward(
-        self, images_uint8: Tensor, train: bool, generator: torch.Generator | None = None
+        self,
+        images_uint8: Tensor,
+        train: bool,
+        generator: torch.Generator | None = None,
+        sample_bits: Tensor | None = None,
     ) -> Tensor:
-        """Return float32 [B,C,H,W] on the images' device, augmented when `train` is true."""
+        """Return float32 [B,C,H,W] on the images' device, augmented when `train` is true.
+
+        `sample_bits` (int64 [B], the train loader's per-sample random bits) decide each
+        image's crop and flip; without them they are drawn from `generator` / torch's RNG."""
         assert images_uint8.dim() == 4, f"expected [B,C,H,W], got {tuple(images_uint8.shape)}"
         assert images_uint8.dtype == torch.uint8, f"expected uint8, got {images_uint8.dtype}"
         if train and (self.crop_padding_px or self.horizontal_flip):
-            cropped = self._random_crop_flip(images_uint8, generator)
+            cropped = self._random_crop_flip(images_uint8, generator, sample_bits)
             # ToTensor's float conversion straight into [B,H,W,C] memory (crop_flip's layout),
             # then the same ops as below on that buffer: the same values, bit for bit.
             floats = _channels_last_copy(cropped, torch.float32)
@@ -136,12 +145,22 @@ class BatchAugment(torch.nn.Module):
         floats = images_uint8.to(torch.float32).div_(255)
         return floats.sub_(self.mean.to(floats.device)).div_(self.std.to(floats.device))
 
-    def _random_crop_flip(self, images: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Crop offsets and flips drawn in a fixed order (y offsets, x offsets, flips), then the
-        crop as a [B,C,H,W] view; changing the draws would change every resumed run."""
+    def _random_crop_flip(
+        self, images: Tensor, generator: torch.Generator | None, bits: Tensor | None
+    ) -> Tensor:
+        """Crop offsets and flips, then the crop as a [B,C,H,W] view. From per-sample bits:
+        y offset from bits 0-15, x offset from bits 16-31, flip from bit 32 (a fixed map:
+        changing it would change every run). Else drawn in a fixed order (y offsets, x
+        offsets, flips)."""
         num_images = images.shape[0]
         device = images.device
         max_offset = 2 * self.crop_padding_px
+        if bits is not None:
+            bits = bits.to(device)
+            offsets_y = (bits & 0xFFFF) % (max_offset + 1)
+            offsets_x = ((bits >> 16) & 0xFFFF) % (max_offset + 1)
+            flips = ((bits >> 32) & 1).bool() if self.horizontal_flip else None
+            return _crop_flip_nchw(images, offsets_y, offsets_x, flips, self.crop_padding_px)
         offsets_y = torch.randint(
             0, max_offset + 1, (num_images,), device=device, generator=generator
         )

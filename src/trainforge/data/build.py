@@ -25,7 +25,8 @@ from trainforge.registry import DATASETS
 class ImageData:
     """Everything the trainer needs from the data section."""
 
-    train_loader: StatefulDataLoader  # (images uint8 [B,C,H,W], labels int64 [B]), shuffled, seeded
+    # (images uint8 [B,C,H,W], labels int64 [B], random bits int64 [B]), shuffled, seeded
+    train_loader: StatefulDataLoader
     val_loader: StatefulDataLoader  # same, in order, never drops the last batch
     num_classes: int
     channels: int
@@ -37,7 +38,13 @@ class ImageData:
 
 
 def build_image_data(
-    cfg: Any, *, batch_size: int, eval_batch_size: int, seed: int, device: Any = None
+    cfg: Any,
+    *,
+    batch_size: int,
+    eval_batch_size: int,
+    seed: int,
+    device: Any = None,
+    accumulation: int = 1,
 ) -> ImageData:
     """Load the dataset named by `cfg.dataset` and wrap it in resumable loaders.
 
@@ -54,7 +61,11 @@ def build_image_data(
         "batched_fetch": splits.batched_fetch,
         "on_device": on_device,
     }
-    train_loader = make_loader(splits.train, batch_size=batch_size, train=True, **common)
+    # Train samples carry their own random bits: augmentation keyed by (seed, epoch, sample).
+    train_loader = make_loader(
+        splits.train, batch_size=batch_size, train=True, accumulation=accumulation, keyed=True,
+        **common,
+    )  # fmt: skip
     val_loader = make_loader(splits.val, batch_size=eval_batch_size, train=False, **common)
     return ImageData(
         train_loader=train_loader,

@@ -13,11 +13,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.memory import passthrough_collate
-from trainforge.data.sampling import (
-    EpochShuffleBatchSampler,
-    EpochShuffleSampler,
-    StridedSampler,
-)
+from trainforge.data.sampling import KeyedDataset, StepBatchSampler, StridedSampler
 from trainforge.errors import UserError
 
 
@@ -30,11 +26,16 @@ def make_loader(
     seed: int,
     batched_fetch: bool,
     on_device: bool = False,
+    accumulation: int = 1,
+    keyed: bool = False,
 ) -> StatefulDataLoader:
     """Build one loader: train reshuffles each epoch from `seed`, val keeps the dataset order.
 
-    The train order comes from EpochShuffleSampler, whose position is part of the loader's
-    `state_dict()`, so `load_state_dict()` resumes at the exact next batch.
+    The train batches come from `StepBatchSampler`: optimizer step k of an epoch holds the
+    same samples for any process count, micro-batch (`batch_size`) and `accumulation`, and
+    its position is part of the loader's `state_dict()`, so `load_state_dict()` resumes at
+    the exact next batch. `keyed`: every train sample comes with its own random bits
+    (`sampling.KeyedDataset`) as the batch's last element.
     """
     if batch_size < 1:
         raise UserError(f"batch size is {batch_size}, it must be at least 1")
@@ -56,11 +57,13 @@ def make_loader(
 
     dist = context()  # under torch.distributed each rank reads its own shard
     if train:
-        order = EpochShuffleSampler(len(dataset), seed, rank=dist.rank, world_size=dist.world_size)
-        # Whole batches sliced from the epoch's order (no per-index Python loop); torch
-        # takes a batch sampler only without batch_size and drop_last.
-        options["batch_sampler"] = EpochShuffleBatchSampler(order, batch_size)
+        # torch takes a batch sampler only without batch_size and drop_last.
+        options["batch_sampler"] = StepBatchSampler(
+            len(dataset), seed, batch_size, accumulation, dist.rank, dist.world_size, keyed
+        )
         del options["batch_size"], options["drop_last"]
+        if keyed:
+            dataset = KeyedDataset(dataset, seed, batched_fetch)
     elif dist.enabled:
         options["sampler"] = StridedSampler(len(dataset), dist.rank, dist.world_size)
     # The loader draws worker base seeds from this generator; without one it would draw from

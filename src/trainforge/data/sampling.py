@@ -1,13 +1,26 @@
-"""Seeded, resumable shuffling for the train loader.
+"""The training sample stream: which samples make up each optimizer step, on any hardware.
 
-Owns `EpochShuffleSampler`: epoch k's order is a pure function of (seed, k), and its iterator
-saves (epoch, samples yielded), so a loader restored with `load_state_dict()` continues at the
-exact next batch, mid-epoch or at an epoch boundary.
+Owns `epoch_permutation` (epoch k's order, a pure function of (seed, k)), `StepLayout` (how
+one optimizer step's samples are cut into micro-batches over processes) and
+`StepBatchSampler`, the train loader's batch sampler built from both. Its iterator saves
+(epoch, batches yielded), so a loader restored with `load_state_dict()` continues at the
+exact next batch; `start_at(epoch, step)` puts a new loader at the start of an optimizer
+step of any layout, which is how a run moves to another process count or micro-batch.
 
-Why not `shuffle=True, generator=...`: torchdata 0.11's stateful RandomSampler restores the shared
-generator to its state at the start of the saved epoch, but the original run also drew a worker
-base seed from that generator before the next epoch; after a resume the following epochs
-therefore come out in a different order than in the uninterrupted run.
+The invariant: optimizer step k of epoch e holds the samples at positions [k*B, (k+1)*B) of
+epoch e's order, B being the recipe's effective batch, whatever the number of processes, the
+micro-batch or the accumulation. Each step is cut into `world_size x accumulation` slots;
+rank r's m-th micro-batch is slot m*W + r. The epoch's last step may be short: it is cut
+into as few micro-batches per rank as hold it (the same number on every rank, as DDP and
+FSDP need), sized within one sample of each other. A slot left empty (a tail of fewer
+samples than slots) is filled with a stand-in sample whose loss weight is zero
+(`StepLayout.is_padding`). No sample is repeated and none is dropped.
+
+Why not `DistributedSampler` + `BatchSampler`: they pad an epoch by repeating samples and
+split it per rank before cutting batches, so the step's samples change with the process
+count and the micro-batch. torchdata 0.11's stateful RandomSampler restores its generator to
+the start of the saved epoch but the original run drew a worker base seed from it too, so a
+resumed run's later epochs come out in another order; the order here is a pure function.
 """
 
 from __future__ import annotations
@@ -29,32 +42,19 @@ def epoch_permutation(num_items: int, seed: int, epoch: int) -> list[int]:
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """Shuffles 0..num_items-1 anew each epoch; each `iter()` starts the next epoch.
+    """0..num_items-1 in a new shuffled order each epoch; each `iter()` starts the next epoch.
+    One process, one index at a time (the train loader uses `StepBatchSampler`)."""
 
-    Under torch.distributed each rank takes every `world_size`-th index of the epoch's order
-    (starting at its rank), after padding the order by wrapping so every rank gets the same
-    number of samples (and DDP the same number of steps). Rank r's k-th batch and the other
-    ranks' k-th batches then hold exactly the samples of a single process's k-th batch of
-    `world_size` times the size, whenever the data set divides evenly.
-    """
-
-    def __init__(self, num_items: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.total = int(num_items)
+    def __init__(self, num_items: int, seed: int) -> None:
+        self.total = self.num_items = int(num_items)
         self.seed = int(seed)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self.num_items = -(-self.total // self.world_size)  # this rank's share, rounded up
         self.next_epoch = 0
 
     def __len__(self) -> int:
         return self.num_items
 
     def order(self, epoch: int) -> list[int]:
-        full = epoch_permutation(self.total, self.seed, epoch)
-        if self.world_size == 1:
-            return full
-        padded = full + full[: self.num_items * self.world_size - self.total]
-        return padded[self.rank :: self.world_size]
+        return epoch_permutation(self.total, self.seed, epoch)
 
     def __iter__(self) -> Iterator[int]:
         iterator = _EpochIterator(self, self.next_epoch)
@@ -62,24 +62,93 @@ class EpochShuffleSampler(Sampler[int]):
         return iterator
 
 
-class EpochShuffleBatchSampler(Sampler[list[int]]):
-    """Whole batches of an EpochShuffleSampler's order, cut as slices of it.
+class StepLayout:
+    """Where each sample of an epoch goes: optimizer step, process, micro-batch (module doc).
 
-    The same batches as torch's `BatchSampler(sampler, batch_size, drop_last=False)`, without
-    a Python call per index: one list slice per batch. Its iterator saves the same
-    (epoch, samples yielded) as the per-index iterator, so resume stays exact.
+    A pure function of (num_items, micro_batch, accumulation, world_size, rank): the same on
+    every epoch, since only the order changes between epochs.
     """
 
-    def __init__(self, sampler: EpochShuffleSampler, batch_size: int) -> None:
-        self.sampler = sampler
-        self.batch_size = int(batch_size)
+    def __init__(
+        self, num_items: int, micro_batch: int, accumulation: int = 1, rank: int = 0,
+        world_size: int = 1,
+    ) -> None:  # fmt: skip
+        self.num_items, self.micro = int(num_items), int(micro_batch)
+        self.accumulation, self.rank, self.world = int(accumulation), int(rank), int(world_size)
+        self.step_size = self.micro * self.accumulation * self.world
+        self.full_steps, self.tail = divmod(self.num_items, self.step_size)
+        # Micro-batches per rank in the short last step: as few as hold it.
+        self.tail_micro = -(-self.tail // (self.world * self.micro)) if self.tail else 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.full_steps + (1 if self.tail else 0)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """This rank's micro-batches per epoch (the same on every rank)."""
+        return self.full_steps * self.accumulation + self.tail_micro
+
+    def step_start(self, step: int) -> int:
+        """The batch index (in this rank's epoch) where optimizer step `step` begins."""
+        return min(step, self.full_steps) * self.accumulation
+
+    def batch(self, order: list[int], index: int) -> list[int]:
+        """This rank's `index`-th micro-batch of the epoch whose order is `order`."""
+        step, micro = divmod(index, self.accumulation)
+        if step < self.full_steps:
+            start = step * self.step_size + (micro * self.world + self.rank) * self.micro
+            return order[start : start + self.micro]
+        start, size = self._tail_slot(index - self.full_steps * self.accumulation)
+        base = self.full_steps * self.step_size
+        if size == 0:
+            return order[base : base + 1]  # stand-in with zero loss weight (is_padding)
+        return order[base + start : base + start + size]
+
+    def is_padding(self, index: int) -> bool:
+        """Whether this rank's `index`-th micro-batch is a zero-weight stand-in."""
+        tail_index = index - self.full_steps * self.accumulation
+        return tail_index >= 0 and self._tail_slot(tail_index)[1] == 0
+
+    def _tail_slot(self, micro: int) -> tuple[int, int]:
+        """(offset in the tail, size) of this rank's `micro`-th tail micro-batch."""
+        slots = self.world * self.tail_micro
+        slot = micro * self.world + self.rank
+        base, extra = divmod(self.tail, slots)
+        return slot * base + min(slot, extra), base + (1 if slot < extra else 0)
+
+
+class StepBatchSampler(Sampler[list[int]]):
+    """This rank's micro-batches of each epoch, in order (see `StepLayout`).
+
+    Each `iter()` starts the next epoch; `start_at` makes the next one start mid-epoch at an
+    optimizer step boundary. The iterator's state is (epoch, batches yielded). `keyed`:
+    yield `epoch * num_items + index` for a `KeyedDataset`.
+    """
+
+    def __init__(
+        self, num_items: int, seed: int, micro_batch: int, accumulation: int = 1,
+        rank: int = 0, world_size: int = 1, keyed: bool = False,
+    ) -> None:  # fmt: skip
+        self.seed, self.keyed = int(seed), keyed
+        self.layout = StepLayout(num_items, micro_batch, accumulation, rank, world_size)
+        self.next_epoch = 0
+        self.next_batch = 0  # where the next iter() starts in its epoch
 
     def __len__(self) -> int:
-        return -(-len(self.sampler) // self.batch_size)
+        return self.layout.batches_per_epoch
+
+    def start_at(self, epoch: int, step: int) -> None:
+        """The next `iter()` starts epoch `epoch` at optimizer step `step` of this layout."""
+        self.next_epoch, self.next_batch = int(epoch), self.layout.step_start(int(step))
+
+    def is_padding(self, index: int) -> bool:
+        return self.layout.is_padding(index)
 
     def __iter__(self) -> Iterator[list[int]]:
-        iterator = _EpochBatchIterator(self.sampler, self.sampler.next_epoch, self.batch_size)
-        self.sampler.next_epoch += 1
+        iterator = _StepIterator(self, self.next_epoch, self.next_batch)
+        self.next_epoch += 1
+        self.next_batch = 0
         return iterator
 
 
@@ -98,13 +167,10 @@ class StridedSampler(Sampler[int]):
 
 
 class _EpochIterator(Iterator[int]):
-    """One epoch of an EpochShuffleSampler; `state_dict()` makes StatefulDataLoader resumable."""
+    """One epoch of an EpochShuffleSampler."""
 
     def __init__(self, sampler: EpochShuffleSampler, epoch: int) -> None:
-        self.sampler = sampler
-        self.epoch = epoch
-        self.num_yielded = 0
-        # Built on first use: the loader creates (and then replaces) iterators while restoring.
+        self.sampler, self.epoch, self.num_yielded = sampler, epoch, 0
         self._order: list[int] | None = None
 
     def __iter__(self) -> _EpochIterator:
@@ -123,29 +189,109 @@ class _EpochIterator(Iterator[int]):
         return {"epoch": self.epoch, "num_yielded": self.num_yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # Checkpoints from before batch slicing hold torch's BatchSampler iterator state,
-        # with this iterator's state inside it.
-        state = state.get("sampler_iter_state", state)
-        self.epoch = int(state["epoch"])
-        self.num_yielded = int(state["num_yielded"])
+        self.epoch, self.num_yielded = int(state["epoch"]), int(state["num_yielded"])
         self._order = None
-        # The next iter() on the sampler must start the epoch after the restored one.
         self.sampler.next_epoch = self.epoch + 1
 
 
-class _EpochBatchIterator(_EpochIterator):
-    """One epoch of an EpochShuffleBatchSampler: batches as slices of the epoch's order."""
+class _StepIterator(Iterator[list[int]]):
+    """One epoch of a StepBatchSampler; `state_dict()` makes StatefulDataLoader resumable."""
 
-    def __init__(self, sampler: EpochShuffleSampler, epoch: int, batch_size: int) -> None:
-        super().__init__(sampler, epoch)
-        self.batch_size = batch_size
+    def __init__(self, sampler: StepBatchSampler, epoch: int, batch: int) -> None:
+        self.sampler, self.epoch, self.batches = sampler, epoch, batch
+        # Built on first use: the loader creates (and then replaces) iterators while restoring.
+        self._order: list[int] | None = None
 
-    def __next__(self) -> list[int]:  # type: ignore[override]
-        start = self.num_yielded
-        if start >= self.sampler.num_items:
+    def __iter__(self) -> _StepIterator:
+        return self
+
+    def __next__(self) -> list[int]:
+        layout = self.sampler.layout
+        if self.batches >= layout.batches_per_epoch:
             raise StopIteration
         if self._order is None:
-            self._order = self.sampler.order(self.epoch)
-        batch = self._order[start : min(start + self.batch_size, self.sampler.num_items)]
-        self.num_yielded = start + len(batch)
+            self._order = epoch_permutation(layout.num_items, self.sampler.seed, self.epoch)
+        batch = layout.batch(self._order, self.batches)
+        self.batches += 1
+        if self.sampler.keyed:
+            offset = self.epoch * layout.num_items
+            return [offset + index for index in batch]
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Checkpoints from before the step layout count samples (`num_yielded`), some inside
+        # torch's BatchSampler iterator state.
+        state = state.get("sampler_iter_state", state)
+        self.epoch = int(state["epoch"])
+        if "batches" in state:
+            self.batches = int(state["batches"])
+        else:
+            self.batches = -(-int(state["num_yielded"]) // self.sampler.layout.micro)
+        self._order = None
+        # The next iter() on the sampler must start the epoch after the restored one.
+        self.sampler.next_epoch, self.sampler.next_batch = self.epoch + 1, 0
+
+
+# ------------------------------------------------------------------ per-sample randomness
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of uint64 that spreads every input bit."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def sample_keys(seed: int, epochs: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """64 random bits per (seed, epoch, sample index), as int64: counter-based randomness.
+
+    The same sample in the same epoch of a run gets the same bits on any process, in any
+    micro-batch, after any resume; nothing is drawn from a generator stream.
+    """
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
+        x = _mix64(np.uint64(seed & (2**64 - 1)) * _GOLDEN + np.uint64(0x632BE59BD9B4E019))
+        x = _mix64(x ^ (epochs.astype(np.uint64) * _GOLDEN))
+        x = _mix64(x ^ indices.astype(np.uint64))
+    return x.view(np.int64)
+
+
+class KeyedDataset(torch.utils.data.Dataset):
+    """A train set read through keys `epoch * len + index` (what `StepBatchSampler(keyed=
+    True)` yields): each sample comes back with its 64 random bits (`sample_keys`) appended,
+    so augmentation can draw per sample without a generator.
+
+    `batched`: the wrapped set returns whole (images, labels) batches from `__getitems__`;
+    else its samples are returned one by one for the loader's collate."""
+
+    def __init__(self, dataset: Any, seed: int, batched: bool) -> None:
+        self.dataset, self.seed, self.batched = dataset, int(seed), batched
+        self.num_items = len(dataset)
+
+    def __len__(self) -> int:
+        return self.num_items
+
+    def __getattr__(self, name: str) -> Any:
+        # The wrapped set's own attributes (images, examples, ...); never while unpickling.
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def _split(self, keys: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        epochs, indices = np.divmod(np.asarray(keys, dtype=np.int64), self.num_items)
+        return indices, epochs, sample_keys(self.seed, epochs, indices)
+
+    def __getitem__(self, key: int) -> tuple[Any, ...]:
+        indices, _, bits = self._split([key])
+        return (*self.dataset[int(indices[0])], int(bits[0]))
+
+    def __getitems__(self, keys: list[int]) -> Any:
+        indices, _, bits = self._split(keys)
+        if self.batched:
+            batch = self.dataset.__getitems__(indices.tolist())
+            return (*batch, torch.from_numpy(bits))
+        samples = [self.dataset[int(i)] for i in indices.tolist()]
+        return [(*sample, int(b)) for sample, b in zip(samples, bits.tolist(), strict=True)]

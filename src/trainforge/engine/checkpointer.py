@@ -120,8 +120,10 @@ class Checkpointer:
         ckpt.rotate(self.root, self.keep)
 
     # ------------------------------------------------------------------ load
-    def load(self, folder: Path) -> dict[str, Any]:
-        """Restore every registered part from `folder`; returns its meta."""
+    def load(self, folder: Path, *, moved: bool = False) -> dict[str, Any]:
+        """Restore every registered part from `folder`; returns its meta. `moved`: the run
+        continues on another split over processes and micro-batches: layout-bound parts
+        stay fresh, and a process the checkpoint had no state for takes rank 0's."""
         model_state, state, meta = ckpt.load_checkpoint(folder)
         state = _upgrade(state, meta)
         if (model_state is None) != isinstance(self.storage, ShardedStorage):
@@ -132,9 +134,12 @@ class Checkpointer:
                 "resume with the hardware.data_parallel setting it was written with",
             )
         saved = self.storage.load_parts(self, folder, model_state)
-        self._check_world_size(folder, state)
-        own = state["per_rank"][self.dist.rank] if state.get("per_rank") else state
-        for entry in self.registry:
+        if not moved:
+            self._check_world_size(folder, state)
+        ranks = state.get("per_rank") or [state]
+        own = ranks[self.dist.rank] if self.dist.rank < len(ranks) else ranks[0]
+        entries = [e for e in self.registry if not (moved and e.layout_bound)]
+        for entry in entries:
             source = own if entry.per_rank else state
             if entry.name not in saved and entry.name not in source:
                 raise UserError(
@@ -142,10 +147,10 @@ class Checkpointer:
                     "resume from a checkpoint this run's trainforge wrote, or start a new run",
                 )
             saved.setdefault(entry.name, source.get(entry.name))
-        for entry in self.registry:
+        for entry in entries:
             if entry.check is not None:
                 entry.check(folder, saved[entry.name])
-        for entry in self.registry:
+        for entry in entries:
             entry.part.load_state_dict(saved[entry.name])
         return meta
 
@@ -156,7 +161,7 @@ class Checkpointer:
                 f"checkpoint {folder} was written by {saved_world} process(es), this run has "
                 f"{self.dist.world_size}",
                 f"resume with {saved_world} process(es) (torchrun --nproc-per-node), or start "
-                "a new run from its weights",
+                "a new run from its weights (--init_from)",
             )
 
 

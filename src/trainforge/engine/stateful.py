@@ -12,6 +12,10 @@ checkpoint code. Each entry says where its state lives:
     per_rank   one value per process (loader position, RNG), gathered to rank 0
     (neither)  one value for the whole run, written by rank 0 into state.pt
 
+`layout_bound` marks state that only the same process count, micro-batch and accumulation
+can continue (the loader position, a half-accumulated window); a run that moves to another
+split leaves it fresh and restarts at the step boundary (`engine.trainer`).
+
 Registration order is restore order: the model before the optimizer, the RNG last (so
 nothing restored after it draws from it). An entry may carry a `check` that refuses saved
 state that cannot be restored, in one line, before anything is restored.
@@ -54,6 +58,9 @@ class Entry:
     sharded: bool = False
     per_rank: bool = False
     check: Callable[[Path, Any], None] | None = None  # (folder, saved state): refuse or pass
+    # State that holds only for the same split of a step over processes and micro-batches
+    # (loader position, a half-accumulated window): left fresh when a run moves.
+    layout_bound: bool = False
 
 
 class StateRegistry:

@@ -132,6 +132,8 @@ class Trainer:
         self.should_stop, self.stop_reason, self.stop_signal = False, "finished", None
         self.interrupted = self.diverged = False
         self._clock_start = time.monotonic()
+        # After a resume: ("exact" | "continued", reasons) (`load_checkpoint`).
+        self.resume_guarantee: tuple[str, list[str]] | None = None
 
     # ----------------------------------------------------------------- set-up
     def emit(self, event: str, *args: Any) -> None:
@@ -232,6 +234,9 @@ class Trainer:
         # stream so a resumed run draws exactly what the uninterrupted run drew.
         with torch.random.fork_rng(devices=[]):
             batches = iter(loader)
+        # A zero-weight stand-in fills a process's empty slot in a short last step
+        # (`data.sampling.StepLayout`), so every process runs the same micro-batches.
+        is_padding = getattr(getattr(loader, "batch_sampler", None), "is_padding", None)
         sums = self.accumulation_sums
         while True:
             fetch_start = time.perf_counter()
@@ -244,8 +249,9 @@ class Trainer:
             closes = sums.micro + 1 >= self.accumulation or self.state.batch_in_epoch + 1 >= (
                 num_batches
             )
-            samples = self.task.batch_size(raw)
-            weighted, out = self._forward_backward(batch, closes, samples)
+            padding = is_padding is not None and is_padding(self.state.batch_in_epoch)
+            samples = 0 if padding else self.task.batch_size(raw)
+            weighted, out = self._forward_backward(batch, closes, samples, padding)
             sums.add(weighted, out, samples)
             self.state.samples_seen += samples
             self.state.batch_in_epoch += 1
@@ -260,10 +266,12 @@ class Trainer:
             if self.all_steps_done() or self.should_stop:  # settling may stop a diverged run
                 return False
 
-    def _forward_backward(self, batch: Any, closes: bool, samples: int) -> tuple[torch.Tensor, Any]:
+    def _forward_backward(
+        self, batch: Any, closes: bool, samples: int, padding: bool = False
+    ) -> tuple[torch.Tensor, Any]:
         """One micro-batch of `samples` items: forward, loss, backward; (its detached loss for
         the sums, output). `closes`: it ends the accumulation window (gradients are reduced
-        across ranks)."""
+        across ranks). `padding`: a stand-in whose loss, weight and sums count zero."""
         counter = self._flop_counter()
         with counter, self.prepared.no_sync(not closes):
             counting = counter is not _NO_COUNT and not self.dist.enabled
@@ -271,6 +279,8 @@ class Trainer:
             with self.precision.autocast():
                 out = self.task.step(model, batch)
             loss = out.loss if out.loss.dtype == torch.float32 else out.loss.float()
+            if padding:
+                out.weight, out.sums = 0, {k: v * 0 for k, v in out.sums.items()}
             if not self._mean_backward:
                 # Otherwise the window is this one micro-batch: its mean loss is the step's
                 # loss, so backward on it directly (no weighting on the way in or out).
@@ -281,7 +291,7 @@ class Trainer:
             else:
                 loss.backward()
         if counter is not _NO_COUNT:
-            self.flops_per_sample = counter.get_total_flops() / samples
+            self.flops_per_sample = counter.get_total_flops() / max(1, samples)
         return weighted, out
 
     def _flop_counter(self) -> Any:
@@ -420,8 +430,67 @@ class Trainer:
         return ModelState(self.model, self.sharded).full_state_dict()
 
     def load_checkpoint(self, folder: Path) -> dict[str, Any]:
-        """Restore every registered part from `folder`; returns the checkpoint's meta."""
-        return self.checkpointer.load(folder)
+        """Restore every registered part from `folder`; returns the checkpoint's meta.
+
+        On the same setup the run continues exactly where it stopped (`resume_guarantee`
+        "exact"). On another split of the step over processes or micro-batches, the run
+        moves: the parts that hold only for the old split stay fresh and the run restarts
+        the interrupted optimizer step at its first sample, which the invariant sample
+        stream (`data.sampling`) makes the same step ("continued", with the reasons)."""
+        saved = ckpt.read_meta(folder)
+        reasons, moved = setup_changes(saved.get("setup"), self.setup())
+        if moved and not hasattr(self.task.train_loader.batch_sampler, "start_at"):
+            moved, reasons = False, []  # a loader without steps: only the same split resumes
+        meta = self.checkpointer.load(folder, moved=moved)
+        if moved:
+            window = int(saved.get("micro_batch_in_window") or 0)
+            if window:
+                reasons.append(f"the step under way restarts from its first sample ({window} "
+                               "micro-batch(es) done before)")  # fmt: skip
+            step = (self.state.batch_in_epoch - window) // int(saved["setup"]["accumulation"])
+            sampler = self.task.train_loader.batch_sampler
+            sampler.start_at(self.state.epoch, step)
+            self.state.batch_in_epoch = sampler.layout.step_start(step)
+        self.resume_guarantee = ("continued" if reasons else "exact", reasons)
+        return meta
+
+    def setup(self) -> dict[str, Any]:
+        """How this run computes (kept in each checkpoint's meta): what decides whether a
+        resume is bitwise."""
+        t = self.config.training
+        return {
+            "world_size": self.dist.world_size, "micro_batch": t.per_device_train_batch_size,
+            "accumulation": self.accumulation, "device": self.device.type,
+            "precision": str(t.precision), "threads": torch.get_num_threads(),
+            "workers": int(getattr(self.task.train_loader, "num_workers", 0) or 0),
+        }  # fmt: skip
+
+
+# What each difference of setup changes, in the resume line's words.
+_SETUP_REASONS = {
+    "world_size": ("world size", "sums reduce in another order"),
+    "micro_batch": ("micro-batch", "sums accumulate in another order"),
+    "accumulation": ("accumulation", "sums accumulate in another order"),
+    "workers": ("loader workers", "the loader restarts at the step"),
+    "device": ("device", "other kernels round differently"),
+    "precision": ("precision", "other rounding"),
+    "threads": ("CPU threads", "sums reduce in another order"),
+}
+# Keys whose change splits a step differently: the loader position cannot carry over.
+_LAYOUT = ("world_size", "micro_batch", "accumulation", "workers")
+
+
+def setup_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> tuple[list[str], bool]:
+    """(reasons a resume from a checkpoint of setup `saved` is not bitwise, whether the run
+    moves to another split). A checkpoint without a setup (earlier versions) resumes as
+    before: the same process count, anything else as it was."""
+    if not saved:
+        return [], False
+    reasons = []
+    for key, (name, why) in _SETUP_REASONS.items():
+        if key in saved and saved[key] != now[key]:
+            reasons.append(f"{name} {saved[key]} -> {now[key]}: {why}")
+    return reasons, any(key in saved and saved[key] != now[key] for key in _LAYOUT)
 
 
 def _state_registry(trainer: Trainer) -> StateRegistry:
@@ -441,11 +510,12 @@ def _state_registry(trainer: Trainer) -> StateRegistry:
     registry.register("scheduler", ScheduleState(trainer.scheduler))
     registry.register("scaler", OptionalState(lambda: trainer.precision.scaler))
     loader = trainer.task.train_loader
-    registry.register("train_loader", loader, per_rank=True, check=loader_workers_check(loader))
+    registry.register("train_loader", loader, per_rank=True, check=loader_workers_check(loader),
+                      layout_bound=True)  # fmt: skip
     registry.register("trainer", trainer.state)
     registry.register("nonfinite", trainer.guard)
     registry.register("best", trainer.best)
-    registry.register("accumulation", trainer.accumulation_sums)
+    registry.register("accumulation", trainer.accumulation_sums, layout_bound=True)
     registry.register("rng", RngState(), per_rank=True)
     return registry
 
@@ -460,5 +530,5 @@ def _checkpoint_meta(trainer: Trainer) -> dict[str, Any]:
         "best_epoch": s.best_epoch, "config_hash": trainer.config_hash,
         "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
         "versions": ckpt.library_versions(), "world_size": trainer.dist.world_size,
-        "sharded": trainer.sharded,
+        "sharded": trainer.sharded, "setup": trainer.setup(),
     }  # fmt: skip

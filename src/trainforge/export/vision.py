@@ -93,7 +93,7 @@ class ImageClassificationExport:
         # The training loader is shuffled from the run seed: the same batches every time.
         augment = self.data.augment
         inputs = []
-        for images, _ in self.data.train_loader:
+        for images, *_ in self.data.train_loader:
             if len(inputs) >= num_batches:
                 break
             inputs.append(augment(images, train=False))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None)
         "threads": torch.get_num_threads(),
         "effective_batch": resolved.config.training.global_batch_size,
         "command": sys.argv[1:],
+        "segments": earlier.get("segments", []),
     }
     if trainer is not None:
         record["world_size"] = trainer.dist.world_size
@@ -149,14 +151,47 @@ def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None)
     folder.write_run(record)
 
 
-def restore(trainer: Any, start_from: Path, config: RunConfig) -> None:
-    """Load the checkpoint into the trainer and say what `config` changed since then."""
+def restore(trainer: Any, start_from: Path, config: RunConfig) -> tuple[str, list[str]]:
+    """Load the checkpoint into the trainer, say what `config` changed since then and which
+    guarantee the resume gives; returns ("exact" | "continued", reasons)."""
     saved = (start_from / "config.yaml").read_text(encoding="utf-8")
     changes = config_changes(saved, config)
     meta = trainer.load_checkpoint(start_from)
     if changes:
         print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
-    print(f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']})")
+    guarantee, reasons = trainer.resume_guarantee or ("exact", [])
+    why = f": {'; '.join(reasons)}" if reasons else " (bitwise: the same setup)"
+    print(
+        f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']}), "
+        f"{guarantee}{why}"
+    )
+    return guarantee, reasons
+
+
+def record_segment(
+    folder: RunFolder,
+    trainer: Any,
+    start_from: Path | None,
+    guarantee: str = "start",
+    reasons: list[str] | None = None,
+) -> None:
+    """Append where this part of the run computes to run.json's `segments`: the history of
+    the machines, process counts and splits a run has moved over."""
+    import socket
+
+    record = folder.read_run()
+    segment = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "folder": str(folder.path.resolve()),
+        **trainer.setup(),
+        "from_checkpoint": start_from.name if start_from else None,
+        "from_step": trainer.state.global_step,
+        "resume": guarantee,
+        "reasons": reasons or [],
+    }
+    record["segments"] = [*record.get("segments", []), segment]
+    folder.write_run(record)
 
 
 def requeue_slurm_job() -> None:

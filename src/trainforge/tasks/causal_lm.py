@@ -75,6 +75,7 @@ class CausalLM:
             eval_batch_size=config.evaluation.per_device_eval_batch_size,
             seed=t.seed,
             with_prompts=config.task.eval_generation,
+            accumulation=t.gradient_accumulation_steps,
         )
         model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
         _check_positions(model, config.data.max_seq_length)

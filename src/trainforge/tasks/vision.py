@@ -59,6 +59,7 @@ class ImageClassification:
             eval_batch_size=config.evaluation.per_device_eval_batch_size,
             seed=config.training.seed,
             device=device,
+            accumulation=config.training.gradient_accumulation_steps,
         )
         model = build_vit(
             config.model,
@@ -79,12 +80,12 @@ class ImageClassification:
         )
 
     def to_device(self, batch: Any, device: torch.device, train: bool) -> tuple[Tensor, Tensor]:
-        images, labels = batch
+        images, labels, *bits = batch  # train batches carry each sample's random bits
         non_blocking = device.type == "cuda"
         images = images.to(device, non_blocking=non_blocking)
         labels = labels.to(device, non_blocking=non_blocking)
         self.augment.to(device)
-        images = self.augment(images, train=train)
+        images = self.augment(images, train=train, sample_bits=bits[0] if bits else None)
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         return images, labels

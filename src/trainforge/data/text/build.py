@@ -94,6 +94,7 @@ def build_text_data(
     eval_batch_size: int,
     seed: int,
     with_prompts: bool = False,
+    accumulation: int = 1,
 ) -> TextData:
     """Read, split, tokenize and wrap the text files of the data section."""
     splits = validate_text_data(cfg)
@@ -121,6 +122,7 @@ def build_text_data(
             data,
             batch_size=batch_size if name == "train" else eval_batch_size,
             train=name == "train",
+            accumulation=accumulation if name == "train" else 1,
             **common,
         )
         for name, data in datasets.items()

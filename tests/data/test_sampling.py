@@ -1,0 +1,87 @@
+"""The sample stream is a function of (seed, epoch, sample) alone: every split of a step
+over processes, micro-batches and accumulation holds the same samples, and every sample
+draws the same random bits wherever it lands."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from trainforge.data.augment import BatchAugment
+from trainforge.data.sampling import StepBatchSampler, StepLayout, epoch_permutation, sample_keys
+
+SPLITS = [(64, 1, 1), (16, 4, 1), (32, 1, 2), (8, 4, 2), (1, 4, 4), (3, 2, 3), (5, 3, 2)]
+
+
+def steps_of(num_items: int, micro: int, accumulation: int, world: int, epoch: int):
+    """{step: (samples, padding count)} over every rank's micro-batches of one epoch."""
+    order = epoch_permutation(num_items, 11, epoch)
+    layouts = [StepLayout(num_items, micro, accumulation, r, world) for r in range(world)]
+    counts = {layout.batches_per_epoch for layout in layouts}
+    assert len(counts) == 1, "every rank runs the same number of micro-batches"
+    steps: dict[int, list[int]] = {}
+    padding = 0
+    for layout in layouts:
+        step = 0
+        for index in range(layout.batches_per_epoch):
+            batch = layout.batch(order, index)
+            assert 1 <= len(batch) <= micro
+            step = min(index // accumulation, layout.full_steps)
+            if layout.is_padding(index):
+                padding += 1
+                continue
+            steps.setdefault(step, []).extend(batch)
+    return order, steps, padding
+
+
+@pytest.mark.parametrize("num_items", [64, 100, 129, 7, 1])
+@pytest.mark.parametrize(("micro", "accumulation", "world"), SPLITS)
+def test_every_split_gives_each_step_the_same_samples(num_items, micro, accumulation, world):
+    batch = micro * accumulation * world
+    for epoch in (0, 3):
+        order, steps, _ = steps_of(num_items, micro, accumulation, world, epoch)
+        assert sorted(steps) == list(range(-(-num_items // batch)))
+        for step, samples in steps.items():
+            assert sorted(samples) == sorted(order[step * batch : (step + 1) * batch])
+
+
+def test_padding_only_fills_slots_a_short_last_step_leaves_empty():
+    assert steps_of(100, 8, 4, 2, 0)[2] == 0  # a tail of 36 fills 3 micro-batches per rank
+    _, steps, padding = steps_of(65, 16, 2, 2, 0)  # a tail of 1 sample, 2 processes
+    assert padding == 1 and steps[1] and len(steps[1]) == 1
+
+
+def test_start_at_a_step_continues_the_same_samples_on_another_split():
+    whole = StepBatchSampler(100, 5, 10, 2)  # 1 process, 10 x 2: 5 steps of 20
+    assert len(list(whole)) == 10
+    moved = [StepBatchSampler(100, 5, 5, 2, rank, 2) for rank in (0, 1)]  # 2 processes 5 x 2
+    for sampler in moved:
+        sampler.start_at(0, 3)  # three steps of 20 done
+    later = sorted(i for sampler in moved for batch in sampler for i in batch)
+    assert later == sorted(epoch_permutation(100, 5, 0)[60:])
+    assert all(len(list(sampler)) == 10 for sampler in moved)  # then whole epochs again
+
+
+def test_a_samples_bits_depend_on_seed_epoch_and_index_only():
+    indices = np.arange(10)
+    bits = sample_keys(7, np.zeros(10, dtype=np.int64), indices)
+    again = sample_keys(7, np.zeros(3, dtype=np.int64), indices[[4, 2, 9]])
+    assert (again == bits[[4, 2, 9]]).all()
+    assert len(set(bits.tolist())) == 10
+    assert not (sample_keys(7, np.ones(10, dtype=np.int64), indices) == bits).any()
+    assert not (sample_keys(8, np.zeros(10, dtype=np.int64), indices) == bits).any()
+
+
+def test_an_images_crop_and_flip_follow_it_into_any_micro_batch():
+    augment = BatchAugment([0.5], [0.25], crop_padding_px=2, horizontal_flip=True)
+    images = torch.randint(0, 256, (12, 1, 8, 8), dtype=torch.uint8)
+    bits = torch.from_numpy(sample_keys(3, np.zeros(12, dtype=np.int64), np.arange(12)))
+    whole = augment(images, train=True, sample_bits=bits)
+    torch.manual_seed(0)  # the global RNG plays no part
+    halves = [
+        augment(images[s], train=True, sample_bits=bits[s]) for s in (slice(0, 5), slice(5, 12))
+    ]
+    assert torch.equal(torch.cat(halves), whole)
+    flips = ((bits >> 32) & 1).bool()
+    assert 0 < int(flips.sum()) < 12
