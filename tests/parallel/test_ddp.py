@@ -20,7 +20,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
     "model.embedding_dim=32", "model.num_layers=1", "model.num_heads=2", "model.mlp_size=32",

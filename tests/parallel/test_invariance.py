@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tests.parallel.test_ddp import command, final_weights, records, run
 
 STEPS = 60
