@@ -1,0 +1,90 @@
+"""A run folder is the run: it continues with another micro-batch, in another directory,
+and says which guarantee its resume gives (exact: bitwise; continued: with the reasons)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file
+from tests.fakes.cli_args import DIGITS_TINY
+from tests.fakes.in_process import run_in_process
+
+from trainforge.engine.trainer import setup_changes
+
+# A schedule that does not depend on the total: a run stopped at 6 of 12 steps is then the
+# first half of the 12-step run.
+LOGGED = [
+    "--set", "logging.logging_steps=2", "--set", "data.horizontal_flip=true",
+    "--set", "schedule.lr_scheduler_type=constant", "--set", "schedule.warmup_epochs=0",
+]  # fmt: skip
+
+
+def train(monkeypatch, capsys, tmp_path, name, steps, *extra):
+    args = ["--set", f"output.dir={tmp_path}", "--set", f"output.run_name={name}"]
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", *DIGITS_TINY, *LOGGED, *args,
+        "--max_steps", str(steps), *extra,
+    )  # fmt: skip
+    assert code == 0, out[-2000:] + err[-2000:]
+    return out
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["split"] == "train"}
+
+
+def test_a_run_continues_with_another_micro_batch_on_the_same_trajectory(
+    monkeypatch, capsys, tmp_path
+):
+    train(monkeypatch, capsys, tmp_path, "whole", 12)
+    train(monkeypatch, capsys, tmp_path, "moved", 6)
+    out = train(monkeypatch, capsys, tmp_path, "moved", 12, "--resume", str(tmp_path / "moved"),
+                "--set", "hardware.micro_batch_size=16")  # fmt: skip
+    assert "continued: micro-batch 64 -> 16: sums accumulate in another order" in out
+    assert "accumulation 1 -> 4" in out
+    whole, moved = train_losses(tmp_path / "whole"), train_losses(tmp_path / "moved")
+    assert sorted(whole) == sorted(moved)
+    for step, loss in whole.items():
+        assert moved[step] == pytest.approx(loss, rel=1e-4), step
+    a = load_file(str(tmp_path / "whole" / "model.safetensors"))
+    b = load_file(str(tmp_path / "moved" / "model.safetensors"))
+    for key in a:
+        if not key.endswith("attn.qkv.bias"):  # zero true gradient: AdamW-scaled noise
+            assert (a[key] - b[key]).abs().max() < 1e-4, key
+    segments = json.loads((tmp_path / "moved" / "run.json").read_text())["segments"]
+    assert [(s["micro_batch"], s["accumulation"], s["resume"]) for s in segments] == [
+        (64, 1, "start"), (16, 4, "continued")
+    ]  # fmt: skip
+
+
+def test_a_copied_run_folder_continues_where_it_was_copied_to(monkeypatch, capsys, tmp_path):
+    train(monkeypatch, capsys, tmp_path, "here", 4)
+    elsewhere = tmp_path / "other-disk" / "here"
+    shutil.copytree(tmp_path / "here", elsewhere)
+    out = train(monkeypatch, capsys, tmp_path / "other-disk", "here", 6, "--resume",
+                str(elsewhere))  # fmt: skip
+    assert "exact (bitwise: the same setup)" in out
+    assert json.loads((elsewhere / "summary.json").read_text())["global_step"] == 6
+    assert json.loads((tmp_path / "here" / "summary.json").read_text())["global_step"] == 4
+    segments = json.loads((elsewhere / "run.json").read_text())["segments"]
+    assert [s["folder"] for s in segments] == [
+        str((tmp_path / "here").resolve()), str(elsewhere.resolve())
+    ]  # fmt: skip
+
+
+def test_setup_changes_name_each_reason_and_whether_the_run_moves():
+    saved = {"world_size": 1, "micro_batch": 64, "accumulation": 1, "device": "cuda",
+             "precision": "bf16", "threads": 4, "workers": 0}  # fmt: skip
+    assert setup_changes(saved, dict(saved)) == ([], False)
+    now = dict(saved, device="cpu", precision="fp32")  # a GPU checkpoint resumed on a CPU
+    reasons, moved = setup_changes(saved, now)
+    assert not moved and reasons == [
+        "device cuda -> cpu: other kernels round differently",
+        "precision bf16 -> fp32: other rounding",
+    ]
+    reasons, moved = setup_changes(saved, dict(saved, world_size=2, micro_batch=32))
+    assert moved and reasons[0] == "world size 1 -> 2: sums reduce in another order"
+    assert setup_changes(None, saved) == ([], False)  # a checkpoint of an earlier version
