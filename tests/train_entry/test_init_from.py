@@ -155,6 +155,12 @@ def test_freeze_backbone_changes_only_the_head(digits, tmp_path) -> None:
             assert not before[key].equal(after[key]), f"{key} did not train"
         else:
             assert before[key].equal(after[key]), f"{key} changed although frozen"
+    # The optimizer holds the head alone: two tensors with state, none of the backbone's.
+    state = torch.load(
+        tmp_path / "frozen" / "checkpoints" / "checkpoint-10" / "state.pt", weights_only=True
+    )["optimizer"]
+    assert len(state["state"]) == 2
+    assert sum(len(group["params"]) for group in state["param_groups"]) == 2
 
 
 def test_resume_does_not_load_the_source_again(digits, tmp_path, monkeypatch, capsys) -> None:
@@ -193,6 +199,14 @@ def test_other_backbone_is_refused_in_one_line(digits, tmp_path, monkeypatch, ca
     shapes = "cls_token is (1, 1, 64) there, (1, 1, 48) here"
     assert f"model.init_from {digits['A']}: {shapes}" in lines[0]
     assert "Traceback" not in out + err
+    assert not (tmp_path / "wide").exists()
+    # A source that is not there: the same one line, before any data loads.
+    missing = tmp_path / "no-such-run"
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", str(CONFIG), "--profile", "cpu",
+        *sets, "--init_from", str(missing),
+    )  # fmt: skip
+    assert code == 2 and err.strip() == f"model.init_from {missing}: not found. {init_from.HOW}"
     assert not (tmp_path / "wide").exists()
 
 
