@@ -90,13 +90,14 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     # Another run's weights, found before any data loads; a resumed run has them already.
     source = None if start_from else init_from.locate(resolved.config)
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
+    build = init_from.frozen_builder(build_task)  # model.freeze holds for the probe too
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(
-        resolved, platform, device, build_task=build_task, start_from=start_from
+        resolved, platform, device, build_task=build, start_from=start_from
     )
     config = resolved.config
     seed_everything(config.training.seed)
-    task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
+    task = build(config, device)  # may raise UserError (missing data): nothing written yet
     init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)

@@ -26,6 +26,7 @@ timm's pretrained-model registry and URLs, not run folders or checkpoints.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,9 +157,22 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ loading and freezing
+def frozen_builder(build_task: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`build_task` whose model is frozen as `model.freeze` says, so the batch-fit probe
+    measures the memory of the parameters the run really trains."""
+
+    def build(config: RunConfig, device: Any = None) -> Any:
+        task = build_task(config, device)
+        if config.model.freeze == "backbone":
+            freeze_backbone(task.model)
+        return task
+
+    return build
+
+
 def prepare(model: Any, config: RunConfig, source: InitSource | None) -> list[str]:
-    """Load `source` into `model` (None: nothing to load, e.g. on --resume), then freeze
-    what `model.freeze` says; returns the lines the run prints about it."""
+    """Load `source` into `model` (None: nothing to load, e.g. on --resume) after
+    `frozen_builder` froze it; returns the lines the run prints about both."""
     lines = []
     if source is not None and source.kind == "LoRA adapter":
         from trainforge.models import hf
@@ -168,7 +182,7 @@ def prepare(model: Any, config: RunConfig, source: InitSource | None) -> list[st
     elif source is not None:
         lines.extend(load_weights(model, source))
     if config.model.freeze == "backbone":
-        lines.append(freeze_backbone(model))
+        lines.append(frozen_line(model))
     return lines
 
 
@@ -217,12 +231,14 @@ def _shape(tensor: Any) -> tuple[int, ...]:
     return tuple(tensor.shape)
 
 
-def freeze_backbone(model: Any) -> str:
+def freeze_backbone(model: Any) -> None:
     """Only the classifier head keeps requires_grad, so the optimizer gets only it."""
     head = model.classifier_name
-    total = trained = 0
     for name, param in model.named_parameters():
         param.requires_grad_(name.startswith(f"{head}."))
-        total += param.numel()
-        trained += param.numel() if param.requires_grad else 0
+
+
+def frozen_line(model: Any) -> str:
+    total = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return f"model.freeze=backbone: training the head only ({trained:,} of {total:,} parameters)"
