@@ -37,6 +37,8 @@ TINY = {
     "model.num_heads": 2,
     "model.mlp_size": 128,
     "training.per_device_train_batch_size": 32,
+    "optimizer.learning_rate": 0.001,
+    "optimizer.lr_scaling": "none",
     "training.num_threads": 1,
     "schedule.warmup_epochs": 0,
     "schedule.warmup_steps": 0,
