@@ -78,7 +78,7 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware.threads import apply_threads, thread_count
     from trainforge.observe.loggers import build_loggers, flatten
-    from trainforge.run import header, outputs, resume
+    from trainforge.run import header, init_from, outputs, resume
     from trainforge.run.callbacks import build_callbacks
     from trainforge.run.recipe import config_hash, config_yaml
     from trainforge.tasks import build_task
@@ -87,14 +87,18 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     main = parallel.context().is_main
     start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
+    # Another run's weights, found before any data loads; a resumed run has them already.
+    source = None if start_from else init_from.locate(resolved.config)
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
+    build = init_from.frozen_builder(build_task)  # model.freeze holds for the probe too
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = resolve_auto_batch(
-        resolved, platform, device, build_task=build_task, start_from=start_from
+        resolved, platform, device, build_task=build, start_from=start_from
     )
     config = resolved.config
     seed_everything(config.training.seed)
-    task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
+    task = build(config, device)  # may raise UserError (missing data): nothing written yet
+    init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
     parallel.barrier()
@@ -117,10 +121,10 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
         config_hash=config_hash(config),
         peak_tflops=header.peak_tflops(config, platform, device),
     )
-    notes = [*resolved.notes, fit_line, trainer.schedule_note]
+    notes = [*resolved.notes, fit_line, *init_lines, trainer.schedule_note]
     header.print_start(resolved, platform, trainer, folder.path, notes)
     if main:
-        resume.record_run(folder, resolved, trainer)
+        resume.record_run(folder, resolved, trainer, source.record() if source else None)
         header.warn_space(folder, config, trainer)
     guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
     if main:

@@ -21,6 +21,7 @@ LM = ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text", "data.train_f
         (["output.model_name=a/b"], "output.model_name = 'a/b': must be a plain folder name"),
         (["lora.target_modules=[]"], "lora.target_modules = []: names no module"),
         (["task.kind=image-classification"], "need task.kind = 'causal-lm'"),
+        (["model.freeze=backbone"], "model.freeze = backbone: only a vit has a classifier head"),
     ],
 )
 def test_rule_violations(sets, expected):

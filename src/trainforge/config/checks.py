@@ -53,6 +53,11 @@ def _model_rules(c: RunConfig) -> list[str]:
             f"model.patch_size = {m.patch_size}: does not divide the {side}-pixel images of "
             f"{c.data.dataset}; choose a divisor of {side}"
         )
+    if m.freeze == "backbone" and m.arch != "vit":
+        out.append(
+            "model.freeze = backbone: only a vit has a classifier head to train alone; "
+            "for a Hugging Face model train a LoRA adapter (lora.enabled=true)"
+        )
     return out
 
 

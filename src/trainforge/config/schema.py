@@ -115,6 +115,19 @@ class ModelConfig(Section):
         0.1, ge=0.0, lt=1.0, description="Dropout on attention weights."
     )
     mlp_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout after the MLP layers.")
+    init_from: str | None = Field(
+        None,
+        description="Start from another run's weights: a run folder (its final model, else its "
+        "best checkpoint), a checkpoint folder, an exported safetensors folder or a "
+        ".safetensors file; causal-lm: also a Hugging Face model or LoRA adapter folder. "
+        "Matching tensors load, a classifier head of another size is re-initialised, the "
+        "optimizer starts fresh. Not re-applied on --resume.",
+    )
+    freeze: Literal["none", "backbone"] = Field(
+        "none",
+        description="vit: backbone trains only the classifier head (on-device adaptation "
+        "with little memory); none trains every weight.",
+    )
 
 
 class DataConfig(Section):

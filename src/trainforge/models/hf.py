@@ -123,6 +123,42 @@ def apply_lora(model: Any, cfg: Any) -> Any:
         ) from None
 
 
+def init_from_folders(value: str, lora: bool) -> tuple[Path | None, Path | None]:
+    """(base model folder, LoRA adapter folder) that `model.init_from` names for a causal LM:
+    a model folder, an adapter folder, or a causal-lm run folder with `model/` and/or
+    `adapter/` (its adapter when this run trains LoRA, else its model)."""
+    path = Path(value).expanduser()
+    if (path / "adapter_config.json").is_file():
+        return None, path
+    if (path / "config.json").is_file():
+        return path, None
+    model, adapter = path / "model", path / "adapter"  # what a causal-lm run saves
+    has_adapter = (adapter / "adapter_config.json").is_file()
+    if lora and has_adapter:
+        return None, adapter
+    if (model / "config.json").is_file():
+        return model, None
+    return None, adapter if has_adapter else None
+
+
+def load_adapter_weights(model: Any, folder: Path, where: str) -> None:
+    """Go on training the LoRA adapter saved in `folder`: its tensors into `model`'s adapter,
+    refused in one line when this run's LoRA settings give other shapes."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    saved = load_file(str(folder / WEIGHT_FILES[1]))
+    current = get_peft_model_state_dict(model)
+    fix = "use the lora settings (r, target_modules) the adapter was trained with"
+    for key, tensor in current.items():
+        if key not in saved:
+            raise UserError(f"{where}: the adapter has no {key}", fix)
+        if tuple(saved[key].shape) != tuple(tensor.shape):
+            shapes = f"{tuple(saved[key].shape)} there, {tuple(tensor.shape)} here"
+            raise UserError(f"{where}: {key} is {shapes}", fix)
+    set_peft_model_state_dict(model, saved)
+
+
 def is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config")
 

@@ -52,6 +52,11 @@ class Block(nn.Module):
 
 
 class VisionTransformer(nn.Module):
+    # The classifier: the one module whose shape follows the number of classes, so a run
+    # that starts from another run's weights re-initialises it (`model.init_from`) and
+    # `model.freeze=backbone` trains it alone.
+    classifier_name = "head"
+
     def __init__(
         self,
         *,

@@ -122,10 +122,13 @@ def prepare_folder(
     return resume_step
 
 
-def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None) -> None:
+def record_run(
+    folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None, init_from: Any = None
+) -> None:
     """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it), written
     before any other file of the run, then again with the numbers of this run once the
-    trainer knows them."""
+    trainer knows them, and the source of its starting weights (`model.init_from`), kept
+    across resumes."""
     import torch
 
     from trainforge import __version__
@@ -148,6 +151,8 @@ def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None)
         record["world_size"] = trainer.dist.world_size
         record["total_steps"] = trainer.total_steps
         record["steps_per_epoch"] = trainer.steps_per_epoch
+    if init_from := init_from or earlier.get("init_from"):
+        record["init_from"] = init_from
     folder.write_run(record)
 
 

@@ -271,6 +271,10 @@ class CausalLM:
 def resolve_base_model(config: RunConfig) -> Path:
     """The base model folder; created by `models init` when init_arch says so."""
     m = config.model
+    base = hf.init_from_folders(m.init_from, config.lora.enabled)[0] if m.init_from else None
+    if base is not None:  # another run's output model is a base model
+        print(f"init_from {m.init_from}: base model {base}")
+        return hf.check_model_dir(base)
     if not m.model_name_or_path:
         raise UserError(
             "model.model_name_or_path is not set: causal-lm needs a base model",
