@@ -1,8 +1,8 @@
 """From the cluster to the edge, as one run: two "nodes" (Linux network namespaces joined by
 a veth pair, one torchrun agent in each, c10d rendezvous on the first node's address) train
-the digits ViT on a shared run folder; SIGTERM on both nodes stops it with a checkpoint; one
-process with micro-batch cap 8 (an edge box) finishes it; its weights then start a run on a
-new task (digits 6-9 from an image folder).
+the digits ViT on digits 0-5 (an image folder) in a shared run folder; SIGTERM on both nodes
+stops it with a checkpoint; one process with micro-batch cap 8 (an edge box) finishes it;
+its weights then start a run on a new task (digits 6-9, four classes).
 
 Needs root for `ip netns` (CI runs as root); the fixture removes what it made.
 """
@@ -80,22 +80,26 @@ def wait_for_step(metrics: Path, step: int, agents: list[subprocess.Popen], dead
     pytest.fail(f"no train record at step {step} in {deadline_s:.0f} s")
 
 
-def write_digits_6_to_9(root: Path) -> None:
+def write_digits(root: Path, labels: range) -> Path:
+    """scikit-learn's digits of `labels` as an image folder of PNG files, one per class."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     for number, (pixels, label) in enumerate(zip(digits.images, digits.target, strict=True)):
-        if label >= 6:
+        if label in labels:
             folder = root / str(label)
             folder.mkdir(parents=True, exist_ok=True)
             Image.fromarray((pixels * 255 / 16).astype("uint8")).save(folder / f"{number}.png")
+    return root
 
 
 @pytest.mark.dist
 def test_cluster_to_edge_one_run(two_nodes, tmp_path):
     run_dir = tmp_path / "cluster"
+    digits_0_5 = write_digits(tmp_path / "digits-0-5", range(6))
     sets = [*TINY, f"output.dir={tmp_path}", "output.run_name=cluster",
+            "data.dataset=image-folder", f"data.root={digits_0_5}", "data.image_size=8",
             "training.per_device_train_batch_size=64", "training.max_steps=100000",
             "logging.logging_steps=2"]  # fmt: skip
     args = [str(REPO / "config/vit_digits.yaml"), *(a for s in sets for a in ("--set", s))]
@@ -133,8 +137,7 @@ def test_cluster_to_edge_one_run(two_nodes, tmp_path):
     assert [(s["world_size"], s["micro_batch"]) for s in history] == [(2, 32), (1, 8)]
 
     # Its weights start a run on a new task: digits 6-9, four classes.
-    folder = tmp_path / "digits-6-9"
-    write_digits_6_to_9(folder)
+    folder = write_digits(tmp_path / "digits-6-9", range(6, 10))
     adapt = [*TINY, f"output.dir={tmp_path}", "output.run_name=adapted",
              "data.dataset=image-folder", f"data.root={folder}", "data.image_size=8",
              "training.max_steps=4"]  # fmt: skip
@@ -145,6 +148,6 @@ def test_cluster_to_edge_one_run(two_nodes, tmp_path):
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )  # fmt: skip
     assert adapted.returncode == 0, adapted.stdout[-3000:] + adapted.stderr[-3000:]
-    assert "head 10 -> 4 classes, re-initialised" in adapted.stdout
+    assert "head 6 -> 4 classes, re-initialised" in adapted.stdout
     record = json.loads((tmp_path / "adapted" / "run.json").read_text())
     assert str(run_dir) in json.dumps(record)

@@ -111,7 +111,9 @@ def test_ctrl_c_then_resume_from_checkpoint_continues_the_run(project):
 
     resumed = run_cli(project, [*command, "--resume_from_checkpoint"])
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr
-    found = re.findall(r"^resumed from (\S+) \(epoch \d+, step (\d+)\), exact ", resumed.stdout, re.M)
+    found = re.findall(
+        r"^resumed from (\S+) \(epoch \d+, step (\d+)\), exact ", resumed.stdout, re.M
+    )
     assert [(Path(p).name, int(s)) for p, s in found] == [("checkpoint_interrupted", 7)]
     assert "done: finished after 14 steps" in resumed.stdout
     assert "creating base model" not in resumed.stdout  # the model made by the first run
