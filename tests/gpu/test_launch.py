@@ -13,8 +13,10 @@ from fakes.cuda_runs import cli_train
 
 pytestmark = pytest.mark.gpu
 
+# A constant rate: the 4-step and the 8-step runs give each step the same learning rate.
 FSDP = {"hardware.data_parallel": "fsdp", "training.precision": "bf16",
-        "checkpoint.save_steps": 4}  # fmt: skip
+        "checkpoint.save_steps": 4, "schedule.lr_scheduler_type": "constant",
+        "schedule.warmup_steps": 0, "schedule.warmup_epochs": 0}  # fmt: skip
 ONE_RANK = ["--fsdp-one-rank"]
 
 
