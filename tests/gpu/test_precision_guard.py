@@ -52,10 +52,10 @@ class LogAt(Callback):
 def test_fp16_amp_trains_with_a_grad_scaler_and_checkpoints_its_scale(tmp_path):
     losses = Losses()
     trainer = make_trainer(tmp_path, "fp16", [losses], **{"training.precision": "fp16",
-                                                           "training.max_steps": 30})  # fmt: skip
+                                                           "training.max_steps": 60})  # fmt: skip
     assert trainer.precision.name == "fp16" and trainer.precision.scaler is not None
     trainer.fit()
-    assert all(math.isfinite(x) for x in losses.losses) and len(losses.losses) == 30
+    assert all(math.isfinite(x) for x in losses.losses) and len(losses.losses) == 60
     assert sum(losses.losses[-5:]) < sum(losses.losses[:5])
     scale = trainer.precision.scaler.get_scale()
     assert scale > 0
@@ -68,7 +68,7 @@ def test_fp16_amp_trains_with_a_grad_scaler_and_checkpoints_its_scale(tmp_path):
 def test_bf16_trains_without_a_scaler_and_keeps_fp32_master_weights(tmp_path):
     losses = Losses()
     trainer = make_trainer(tmp_path, "bf16", [losses], **{"training.precision": "bf16",
-                                                           "training.max_steps": 30})  # fmt: skip
+                                                           "training.max_steps": 60})  # fmt: skip
     trainer.fit()
     assert trainer.precision.name == "bf16" and trainer.precision.scaler is None
     assert all(p.dtype == torch.float32 and p.is_cuda for p in trainer.model.parameters())
