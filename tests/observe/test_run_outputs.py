@@ -127,9 +127,11 @@ def test_peak_tflops_override_gives_mfu_in_the_log_and_the_summary(tmp_path):
     assert summary["mfu_measured"] == windows[-1]["mfu_measured"]
 
 
-def test_the_digits_run_on_a_cpu_reports_mfu_against_the_measured_peak(tmp_path):
+def test_the_digits_run_on_a_cpu_reports_mfu_against_the_measured_peak(tmp_path, monkeypatch):
     """The main job's model (config/vit_digits.yaml as shipped) for a few steps: the CPU has
-    no data sheet peak, so MFU is against the probe's, in (0, 1]."""
+    no data sheet peak, so MFU is against the probe's, in (0, 1]. The run measures its own
+    peak (an empty cache), so the probe and the training see the same machine load."""
+    monkeypatch.setenv("TRAINFORGE_CACHE_DIR", str(tmp_path / "cache"))
     sets = {
         "model.embedding_dim": 128, "model.num_layers": 4, "model.num_heads": 4,
         "model.mlp_size": 256, "training.max_steps": 12, "logging.logging_steps": 4,

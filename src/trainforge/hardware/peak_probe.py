@@ -28,8 +28,11 @@ from typing import Any
 CACHE_ENV = "TRAINFORGE_CACHE_DIR"
 CACHE_FILE = "measured_peaks.json"
 # Square matmul sizes: large enough to reach the plateau, small enough to take well under a
-# second (8192^3 x 2 = 1.1 TFLOP: ~1.5 ms on an H100 in bf16; 1024^3 x 2 = 2.1 GFLOP on a CPU).
+# second (8192^3 x 2 = 1.1 TFLOP: ~1.5 ms on an H100 in bf16). On a CPU with few threads a
+# 512 matmul (0.27 GFLOP, a few ms) reaches the plateau and fits in one scheduler time slice,
+# so on a shared machine some blocks run undisturbed; more threads need 1024 to keep busy.
 SIZE_CUDA = 8192
+SIZE_CPU_FEW_THREADS = 512
 SIZE_CPU = 1024
 MIN_RUN_TIME_S = 0.5
 
@@ -132,6 +135,15 @@ def probe_tflops(device: Any, precision: str, size: int, min_run_time_s: float) 
     return 2.0 * size**3 / max(fastest_s, 1e-12) / 1e12
 
 
+def default_size(device: Any) -> int:
+    """The probe's matmul size on `device` (see SIZE_CUDA and SIZE_CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        return SIZE_CUDA
+    return SIZE_CPU_FEW_THREADS if torch.get_num_threads() <= 8 else SIZE_CPU
+
+
 def measured_peak(
     device: Any,
     precision: str,
@@ -141,7 +153,7 @@ def measured_peak(
     refresh: bool = False,
 ) -> MeasuredPeak:
     """The device's measured dense peak for `precision`, from the cache or a probe."""
-    size = size or (SIZE_CUDA if device.type == "cuda" else SIZE_CPU)
+    size = size or default_size(device)
     path = cache_dir() / CACHE_FILE
     key = cache_key(device, precision)
     entry = None if refresh else _read_cache(path).get(key)
