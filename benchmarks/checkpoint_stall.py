@@ -37,12 +37,12 @@ SYNC_TARGET = 1.5
 STALL_TARGET = 0.05
 
 
-def _trainer(run_dir: Path, width: int, async_save: bool) -> Trainer:
+def _trainer(run_dir: Path, width: int, async_save: bool, device: torch.device) -> Trainer:
     cfg = make_config(**{"training.max_steps": 2, "checkpoint.async_save": async_save})
     task = make_task(n=64, batch_size=16)
     task.model = nn.Sequential(nn.Linear(8, width), nn.Tanh(), nn.Linear(width, width),
                                nn.Tanh(), nn.Linear(width, 3))  # fmt: skip
-    trainer = Trainer(task, cfg, run_dir=run_dir, device=torch.device("cpu"), callbacks=[])
+    trainer = Trainer(task, cfg, run_dir=run_dir, device=device, callbacks=[])
     trainer.fit()  # optimizer moments exist, as in a real checkpoint
     return trainer
 
@@ -52,11 +52,14 @@ def _held_bytes(trainer: Trainer) -> int:
     return tensor_bytes(trainer.checkpointer.storage.snapshot._buffers)
 
 
-def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:
+def run(width: int = 2048, repeats: int = 5, device: str = "cpu") -> tuple[str, dict[str, float]]:
+    """`device` cuda: the state lives on the GPU and every path copies it off (`make
+    bench-gpu`)."""
     work = Path(tempfile.mkdtemp(prefix="trainforge-bench-"))
+    on = torch.device(device)
     try:
-        background = _trainer(work / "bg", width, True)
-        inline = _trainer(work / "sync", width, False)
+        background = _trainer(work / "bg", width, True, on)
+        inline = _trainer(work / "sync", width, False, on)
         params = sum(p.numel() for p in background.model.parameters())
 
         def plain() -> float:
@@ -79,7 +82,7 @@ def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:
         def trainforge_sync() -> float:
             return timed(lambda: inline.save_checkpoint("checkpoint-1"))
 
-        batch = torch.randn(16, 8)
+        batch = torch.randn(16, 8, device=on)
 
         def forward_backward() -> None:
             background.model(batch).sum().backward()
@@ -127,7 +130,8 @@ def run(width: int = 2048, repeats: int = 5) -> tuple[str, dict[str, float]]:
         ratio = median(times["trainforge default (background)"]) / base
         state_mb = params * 3 * 4 / 2**20
         text = table(
-            f"checkpoint stall: MLP {params / 1e6:.1f}M params, ~{state_mb:.0f} MB state, "
+            f"checkpoint stall ({device}): MLP {params / 1e6:.1f}M params, ~{state_mb:.0f} MB "
+            "state, "
             f"median of {repeats} alternating rounds (targets: sync <= {SYNC_TARGET}x, "
             f"background <= {STALL_TARGET}x the plain save)",
             ["save", "loop stall", "vs plain", "peak RSS MiB", "+MiB", "copy held MiB"],

@@ -49,7 +49,9 @@ def _head(source: Path, dest: Path, count: int | None) -> Path:
     return dest
 
 
-def _config(work: Path, files: dict[str, Path], max_steps: int, threads: int, size: str):
+def _config(
+    work: Path, files: dict[str, Path], max_steps: int, threads: int, size: str, device: str
+):
     from trainforge.config import load
 
     sets = {
@@ -63,6 +65,8 @@ def _config(work: Path, files: dict[str, Path], max_steps: int, threads: int, si
         "training.max_steps": max_steps,
         "training.num_threads": threads,
         "training.per_device_train_batch_size": BATCH,
+        "training.device": device,
+        "training.precision": "bf16" if device == "cuda" else "fp32",
         "schedule.warmup_steps": min(200, max_steps // 10),
         "logging.tensorboard": False,
         "logging.jsonl": False,
@@ -72,7 +76,7 @@ def _config(work: Path, files: dict[str, Path], max_steps: int, threads: int, si
     return load(REPO / "config" / "g2p_cmudict.yaml", profile="cpu", overrides=overrides).config
 
 
-def _step_time_s(task, config, run_dir: Path) -> float:
+def _step_time_s(task, config, run_dir: Path, device: str) -> float:
     """Median seconds per step over a short run; the model's weights are restored after."""
     from trainforge.engine.callbacks import Callback
     from trainforge.engine.trainer import Trainer
@@ -86,7 +90,7 @@ def _step_time_s(task, config, run_dir: Path) -> float:
 
     initial = {k: v.detach().clone() for k, v in task.model.state_dict().items()}
     clock = StepClock()
-    Trainer(task, config, run_dir=run_dir, device=torch.device("cpu"), callbacks=[clock]).fit()
+    Trainer(task, config, run_dir=run_dir, device=torch.device(device), callbacks=[clock]).fit()
     task.model.load_state_dict(initial)
     task.model.zero_grad(set_to_none=True)
     intervals = [b - a for a, b in zip(clock.times[2:], clock.times[3:], strict=False)]
@@ -99,8 +103,10 @@ def run(
     threads: int = 2,
     train_words: int | None = None,
     size: str = "small",
+    device: str = "cpu",
 ) -> tuple[str, dict[str, float]]:
-    """(table text, ratios); `train_words`/`test_words` take the first N words of a split."""
+    """(table text, ratios); `train_words`/`test_words` take the first N words of a split;
+    `device` cuda trains in bf16 (`make bench-gpu`)."""
     from trainforge.engine.callbacks import TimeLimit
     from trainforge.engine.trainer import Trainer
     from trainforge.tasks import build_task
@@ -115,17 +121,17 @@ def run(
             "val": _head(G2P / "cmudict_val.tsv", work / "val.tsv", 64),
             "test": _head(G2P / "cmudict_test.tsv", work / "test.tsv", test_words),
         }
-        config = _config(work, files, CALIBRATION_STEPS, threads, size)
+        config = _config(work, files, CALIBRATION_STEPS, threads, size, device)
         torch.manual_seed(config.training.seed)
         task = build_task(config)
         num_test = len(task.test_loader.dataset)
         phases["data + model"] = time.perf_counter() - clock
-        step_s = _step_time_s(task, config, work / "calibrate")
+        step_s = _step_time_s(task, config, work / "calibrate", device)
         steps = max(50, int(budget_s / step_s))
-        config = _config(work, files, steps, threads, size)
+        config = _config(work, files, steps, threads, size, device)
         limit = TimeLimit(budget_s / 3600.0, save=False)
         trainer = Trainer(
-            task, config, run_dir=work / "run", device=torch.device("cpu"), callbacks=[limit]
+            task, config, run_dir=work / "run", device=torch.device(device), callbacks=[limit]
         )
         clock = time.perf_counter()
         untrained = task.evaluate_test(trainer.model)
@@ -139,7 +145,7 @@ def run(
     which = ", the first of the split" if test_words else ""
     rows = [
         f"G2P CMUdict test split ({num_test} words{which}), "
-        f"CPU budget {budget_s:.0f} s of training, "
+        f"{device.upper()} budget {budget_s:.0f} s of training, "
         f"{threads} threads: {state.global_step} steps x {BATCH} words "
         f"({state.global_step * BATCH / max(1, task.num_train_samples):.2f} epochs of "
         f"{task.num_train_samples} words) in {state.train_time_s:.0f} s, "

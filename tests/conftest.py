@@ -29,6 +29,15 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
     )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _peak_cache(tmp_path_factory):
+    """Measured device peaks (hardware.peak_probe) go to a cache of this session, inherited by
+    every `trainforge` subprocess: the user's cache is never touched, and each session
+    measures once per device, precision and thread count."""
+    if not os.environ.get("TRAINFORGE_CACHE_DIR"):
+        os.environ["TRAINFORGE_CACHE_DIR"] = str(tmp_path_factory.mktemp("trainforge-cache"))
+
+
 @pytest.fixture
 def cli():
     return run_cli

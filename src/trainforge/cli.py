@@ -300,16 +300,36 @@ def profiles_template(
 
 
 @app.command()
-def detect() -> None:
+def detect(
+    peak: Annotated[
+        bool,
+        typer.Option(
+            "--peak", help="Also print the device's measured dense matmul peak (cached) for MFU."
+        ),
+    ] = False,
+    precision: Annotated[
+        str, typer.Option("--precision", help="Peak precision: auto, fp32, bf16 or fp16.")
+    ] = "auto",
+    refresh: Annotated[
+        bool, typer.Option("--refresh", help="Measure again instead of reading the cache.")
+    ] = False,
+) -> None:
     """Print the detected platform and the profile `auto` would pick, and why."""
     from trainforge.hardware import detect as detect_platform
     from trainforge.hardware import pick_profile
 
+    if precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise UserError(f"--precision {precision}: unknown", "use auto, fp32, bf16 or fp16")
     platform = detect_platform()
     for line in platform.describe():
         print(line)
     name, reason = pick_profile(platform)
     print(f"profile (auto): {name} — {reason}")
+    if peak:
+        from trainforge.hardware.peak_probe import peak_lines
+
+        for line in peak_lines(platform, precision, refresh=refresh):
+            print(line)
 
 
 @app.command(

@@ -120,6 +120,7 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
         config_yaml=text,
         config_hash=config_hash(config),
         peak_tflops=header.peak_tflops(config, platform, device),
+        measured_peak_tflops=header.measured_peak_tflops(config, device),
     )
     notes = [*resolved.notes, fit_line, *init_lines, trainer.schedule_note]
     header.print_start(resolved, platform, trainer, folder.path, notes)

@@ -103,25 +103,47 @@ def test_text_run_logs_tokens_per_s_of_the_target_tokens(
 
 
 def test_peak_tflops_override_gives_mfu_in_the_log_and_the_summary(tmp_path):
-    """CPUs have no table entry, so MFU appears only with `hardware.peak_tflops`."""
-    train_digits(tmp_path, "no-peak", **{"training.max_steps": 4, "logging.logging_steps": 2})
+    """CPUs have no table entry: without the measured peak, MFU appears only with
+    `hardware.peak_tflops`; with both, `mfu` is the configured one's."""
+    no_probe = {"training.max_steps": 4, "logging.logging_steps": 2}
+    train_digits(tmp_path, "no-peak", **no_probe, **{"hardware.measure_peak": "false"})
     plain = records(tmp_path / "no-peak", "train")
     assert plain and all("mfu" not in r and r["model_tflops"] > 0 for r in plain)
-    assert json.loads((tmp_path / "no-peak" / "summary.json").read_text())["mfu"] is None
+    summary = json.loads((tmp_path / "no-peak" / "summary.json").read_text())
+    assert summary["mfu"] is None and summary["measured_peak_tflops"] is None
 
     peak = 1.0  # TFLOPS
-    train_digits(
-        tmp_path,
-        "peak",
-        **{"training.max_steps": 4, "logging.logging_steps": 2, "hardware.peak_tflops": peak},
-    )
+    train_digits(tmp_path, "peak", **no_probe, **{"hardware.peak_tflops": peak})
     windows = records(tmp_path / "peak", "train")
     assert [r["step"] for r in windows] == [2, 4]
+    summary = json.loads((tmp_path / "peak" / "summary.json").read_text())
+    measured = summary["measured_peak_tflops"]
+    assert summary["peak_tflops"] == peak and measured > 0
     for window in windows:
         assert window["mfu"] == pytest.approx(window["model_tflops"] / peak, rel=1e-9)
+        assert window["mfu_measured"] == pytest.approx(window["model_tflops"] / measured)
         assert window["mfu"] > 0
-    summary = json.loads((tmp_path / "peak" / "summary.json").read_text())
     assert summary["mfu"] == windows[-1]["mfu"]
+    assert summary["mfu_measured"] == windows[-1]["mfu_measured"]
+
+
+def test_the_digits_run_on_a_cpu_reports_mfu_against_the_measured_peak(tmp_path, monkeypatch):
+    """The main job's model (config/vit_digits.yaml as shipped) for a few steps: the CPU has
+    no data sheet peak, so MFU is against the probe's, in (0, 1]. The run measures its own
+    peak (an empty cache), so the probe and the training see the same machine load."""
+    monkeypatch.setenv("TRAINFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    sets = {
+        "model.embedding_dim": 128, "model.num_layers": 4, "model.num_heads": 4,
+        "model.mlp_size": 256, "training.max_steps": 12, "logging.logging_steps": 4,
+    }  # fmt: skip
+    train_digits(tmp_path, "digits", **sets)
+    summary = json.loads((tmp_path / "digits" / "summary.json").read_text())
+    assert summary["peak_tflops"] is None and summary["measured_peak_tflops"] > 0
+    assert 0 < summary["mfu"] <= 1
+    assert summary["mfu"] == summary["mfu_measured"]
+    for window in records(tmp_path / "digits", "train"):
+        achieved = window["model_tflops"] / summary["measured_peak_tflops"]
+        assert window["mfu"] == pytest.approx(achieved, rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -534,6 +534,12 @@ class HardwareConfig(Section):
         gt=0.0,
         description="Device peak TFLOPS for MFU (None: from the built-in table by GPU name).",
     )
+    measure_peak: bool = Field(
+        True,
+        description="Also measure the device's dense matmul peak in the run's precision (a "
+        "probe of under a second, cached per machine and runtime) and report MFU against it "
+        "(mfu_measured; mfu itself where the table has no peak, e.g. on a CPU).",
+    )
     slurm_requeue: bool = Field(
         True,
         description="Under Slurm, SIGUSR1 checkpoints and requeues the job (scontrol requeue).",

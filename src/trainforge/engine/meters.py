@@ -133,8 +133,12 @@ class TrainMeter:
         flops_per_sample: float | None,
         peak_flops: float | None,
         grad_norm: torch.Tensor | None,
+        measured_peak_flops: float | None = None,
     ) -> dict[str, float]:
-        """The interval's metrics over every rank (one reduction); starts a new interval."""
+        """The interval's metrics over every rank (one reduction); starts a new interval.
+
+        `mfu` is against the data sheet's (or configured) peak, else the measured one;
+        `mfu_measured` is against the measured peak whenever there is one."""
         wall_s = max(self.clock() - self.started - self.paused_s, 1e-9)
         if self.weight == 0:
             self.reset()
@@ -158,8 +162,10 @@ class TrainMeter:
         if flops_per_sample:
             achieved = flops_per_sample * samples / wall_s
             metrics["model_tflops"] = achieved / 1e12
-            if peak_flops:
-                metrics["mfu"] = achieved / peak_flops
+            if peak_flops or measured_peak_flops:
+                metrics["mfu"] = achieved / (peak_flops or measured_peak_flops)
+            if measured_peak_flops:
+                metrics["mfu_measured"] = achieved / measured_peak_flops
         if grad_norm is not None:
             metrics["grad_norm"] = float(grad_norm)
         if self.skipped:

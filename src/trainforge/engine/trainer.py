@@ -85,6 +85,7 @@ class Trainer:
         config_hash: str = "",
         sync: Callable[[], None] | None = None,
         peak_tflops: float | None = None,
+        measured_peak_tflops: float | None = None,
     ) -> None:
         self.task, self.config, self.run_dir, self.device = task, config, run_dir, device
         self.callbacks, self.config_hash = callbacks, config_hash
@@ -127,8 +128,8 @@ class Trainer:
         self.last_checkpoint_step: int | None = None
         self.last_val: dict[str, float] = {}
         self._fast_val_loader: Any = None
-        # MFU: the device peak; the FLOPs per sample are counted once (`_flop_counter`).
-        self.peak_flops = peak_tflops * 1e12 if peak_tflops else None
+        # MFU: the table's (or configured) peak and the measured one (hardware.peak_probe).
+        self.peak_flops, self.measured_peak_flops = map(_flops, (peak_tflops, measured_peak_tflops))
         self.should_stop, self.stop_reason, self.stop_signal = False, "finished", None
         self.interrupted = self.diverged = False
         self._clock_start = time.monotonic()
@@ -366,7 +367,8 @@ class Trainer:
         self.settle_nonfinite()
         return self.meter.report(
             self.task, lr=self.current_lr(), flops_per_sample=self.flops_per_sample,
-            peak_flops=self.peak_flops, grad_norm=self.last_grad_norm,
+            peak_flops=self.peak_flops, measured_peak_flops=self.measured_peak_flops,
+            grad_norm=self.last_grad_norm,
         )  # fmt: skip
 
     # ------------------------------------------------------------ evaluation
@@ -532,3 +534,7 @@ def _checkpoint_meta(trainer: Trainer) -> dict[str, Any]:
         "versions": ckpt.library_versions(), "world_size": trainer.dist.world_size,
         "sharded": trainer.sharded, "setup": trainer.setup(),
     }  # fmt: skip
+
+
+def _flops(tflops: float | None) -> float | None:
+    return tflops * 1e12 if tflops else None

@@ -81,6 +81,16 @@ def device_name(platform: Any, device: Any) -> str | None:
     return platform.gpus[0].name if platform.gpus else None
 
 
+def measured_peak_tflops(config: RunConfig, device: Any) -> float | None:
+    """The device's measured dense peak in the run's precision (cached), or None when off."""
+    if not config.hardware.measure_peak or device.type not in ("cuda", "cpu"):
+        return None
+    from trainforge.engine.precision import resolve_precision
+    from trainforge.hardware.peak_probe import measured_peak
+
+    return measured_peak(device, resolve_precision(config.training.precision, device)).tflops
+
+
 def peak_tflops(config: RunConfig, platform: Any, device: Any) -> float | None:
     if config.hardware.peak_tflops:
         return config.hardware.peak_tflops

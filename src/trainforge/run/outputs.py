@@ -120,6 +120,11 @@ def _facts(
         "samples_per_s": metrics.last_train.get("samples_per_s"),
         "flops_per_sample": trainer.flops_per_sample or None,
         "mfu": metrics.last_train.get("mfu"),
+        "mfu_measured": metrics.last_train.get("mfu_measured"),
+        "peak_tflops": trainer.peak_flops / 1e12 if trainer.peak_flops else None,
+        "measured_peak_tflops": (
+            trainer.measured_peak_flops / 1e12 if trainer.measured_peak_flops else None
+        ),
         "nonfinite_steps": result.state.nonfinite_steps,
         "telemetry": metrics.telemetry.summary() if metrics.telemetry else None,
         # Tasks with a held-out test split score the final model on it (e.g. G2P PER/WER).
