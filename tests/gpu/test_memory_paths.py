@@ -40,7 +40,7 @@ def test_the_digits_are_held_on_the_gpu_and_batches_are_gathered_there(tmp_path,
     assert "held on cuda" in capsys.readouterr().out
     loader = trainer.task.train_loader
     assert loader.num_workers == 0 and not loader.pin_memory
-    images, labels = next(iter(loader))
+    images, labels, _bits = next(iter(loader))  # each sample's random bits come along
     assert images.is_cuda and labels.is_cuda and images.dtype == torch.uint8
 
 
@@ -52,9 +52,9 @@ def test_host_batches_are_pinned_and_copied_without_blocking(tmp_path, monkeypat
     trainer = make_trainer(tmp_path, "pinned", **sets)
     loader = trainer.task.train_loader
     assert loader.pin_memory and loader.num_workers == 2
-    host_images, host_labels = next(iter(loader))
+    host_images, host_labels, bits = next(iter(loader))
     assert host_images.is_pinned() and host_labels.is_pinned()
-    images, labels = trainer.task.to_device((host_images, host_labels), cuda, train=True)
+    images, labels = trainer.task.to_device((host_images, host_labels, bits), cuda, train=True)
     torch.cuda.synchronize()
     assert images.is_cuda and torch.equal(labels.cpu(), host_labels)
     trainer.fit()
