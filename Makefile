@@ -40,7 +40,10 @@ test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not gpu and not slurm" -q
 
 # Multi-process torch.distributed cases: real torchrun launches with Gloo on CPU.
+# The two-node test joins two network namespaces (`ip netns`, iproute2; root).
 test-dist: $(STAMP)
+	command -v ip >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2; }
 	$(PYTEST) -m "dist and not gpu" -q
 
 # A real single-node Slurm (Debian's slurm-wlm with munge) that tests/launch/conftest.py
