@@ -103,3 +103,19 @@ def _resume(procs: int, args: list[str]) -> list[str]:
         return [sys.executable, *train]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={procs}", *train]  # fmt: skip
+
+
+@pytest.mark.dist
+def test_a_short_last_step_with_an_empty_slot_keeps_the_trajectory(tmp_path):
+    """1437 train images (val_fraction 0.2005): the epoch's last step holds 29 samples. On 2
+    processes x 1 x 32 it is cut into 15 micro-batches per rank, 30 slots for 29 samples, so
+    rank 1's last one is a zero-weight stand-in: the step must still equal one process's."""
+    odd = ("--set", "data.val_fraction=0.2005")
+    split_run(tmp_path, "one-64x1", 1, 64, *odd, steps=24)
+    out = split_run(tmp_path, "two-1x32", 2, 1, *odd, steps=24)
+    assert "1 x 32 accumulation x 2 processes = 64" in out.stdout
+    first, second = losses(tmp_path, "one-64x1"), losses(tmp_path, "two-1x32")
+    assert sorted(first) == sorted(second) and 23 in first  # the epoch's end is logged
+    for step, loss in first.items():
+        assert second[step] == pytest.approx(loss, rel=1e-4), step
+    assert_close_weights(final_weights(tmp_path, "one-64x1"), final_weights(tmp_path, "two-1x32"))
