@@ -128,7 +128,6 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
         resume.record_run(folder, resolved, trainer, source.record() if source else None)
         header.warn_space(folder, config, trainer)
     guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
-    if main:
-        resume.record_segment(folder, trainer, start_from, *guarantee)
+    resume.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
     result = outputs.fit_or_abort(trainer, folder)
     return outputs.finish(trainer, result, folder, resolved, platform, callbacks)

@@ -31,11 +31,9 @@ def make_loader(
 ) -> StatefulDataLoader:
     """Build one loader: train reshuffles each epoch from `seed`, val keeps the dataset order.
 
-    The train batches come from `StepBatchSampler`: optimizer step k of an epoch holds the
-    same samples for any process count, micro-batch (`batch_size`) and `accumulation`, and
-    its position is part of the loader's `state_dict()`, so `load_state_dict()` resumes at
-    the exact next batch. `keyed`: every train sample comes with its own random bits
-    (`sampling.KeyedDataset`) as the batch's last element.
+    Train batches come from `StepBatchSampler` (step k of an epoch holds the same samples
+    for any process count, micro-batch `batch_size` and `accumulation`; its position is in
+    the loader's `state_dict()`). `keyed`: each train sample brings its random bits last.
     """
     if batch_size < 1:
         raise UserError(f"batch size is {batch_size}, it must be at least 1")

@@ -126,15 +126,13 @@ class Trainer:
         self.last_step_loss: torch.Tensor | None = None
         self.last_checkpoint: Path | None = None
         self.last_checkpoint_step: int | None = None
-        self.last_val: dict[str, float] = {}
-        self._fast_val_loader: Any = None
+        self.last_val, self._fast_val_loader = {}, None
         # MFU: the table's (or configured) peak and the measured one (hardware.peak_probe).
         self.peak_flops, self.measured_peak_flops = map(_flops, (peak_tflops, measured_peak_tflops))
         self.should_stop, self.stop_reason, self.stop_signal = False, "finished", None
         self.interrupted = self.diverged = False
         self._clock_start = time.monotonic()
-        # After a resume: ("exact" | "continued", reasons) (`load_checkpoint`).
-        self.resume_guarantee: tuple[str, list[str]] | None = None
+        self.resume_guarantee: tuple[str, list[str]] | None = None  # set by load_checkpoint
 
     # ----------------------------------------------------------------- set-up
     def emit(self, event: str, *args: Any) -> None:

@@ -184,6 +184,8 @@ def record_segment(
     the machines, process counts and splits a run has moved over."""
     import socket
 
+    if not parallel.context().is_main:
+        return
     record = folder.read_run()
     segment = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
