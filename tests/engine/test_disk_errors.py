@@ -167,3 +167,34 @@ def test_space_warning_when_the_checkpoints_will_not_fit(tmp_path, monkeypatch):
     assert ckpt.space_warning(tmp_path / "run", 3 * 10**6, 3) is None
     model = torch.nn.Linear(10, 10)  # 110 float32 weights: 440 bytes, x3 with AdamW moments
     assert ckpt.estimate_bytes(model) == 3 * 440
+
+
+def test_torch_zip_writer_refused_by_a_full_device_raises_the_disk_error_itself():
+    """/dev/full refuses every write with ENOSPC, as a full disk does: torch's zip writer
+    turns that into `RuntimeError: unexpected pos`; the checkpoint writer raises the cause."""
+    from pathlib import Path
+
+    from trainforge.engine.checkpoint_write import write_file
+
+    state = {"weights": torch.zeros(1 << 18)}
+    with pytest.raises(OSError) as info:
+        write_file(Path("/dev/full"), lambda out: torch.save(state, out), False)
+    assert info.value.errno == errno.ENOSPC
+
+
+def test_a_library_error_caused_by_a_refusing_disk_is_one_line():
+    from trainforge.storage import disk_cause, disk_error_line
+
+    try:
+        try:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), "/runs/r/tensorboard/ev")
+        except OSError as err:
+            raise RuntimeError("a library's wrapper") from err
+    except RuntimeError as err:
+        wrapped = err
+    line = disk_error_line(wrapped)
+    assert line is not None and "\n" not in line
+    assert line.startswith("cannot write file /runs/r/tensorboard/ev: Read-only file system")
+    assert "make the folder writable" in line
+    assert disk_cause(RuntimeError("a bug")) is None
+    assert disk_error_line(ValueError("no disk involved")) is None

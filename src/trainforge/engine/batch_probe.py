@@ -105,9 +105,13 @@ def _host_rss() -> int:
 
 
 def _host_available() -> int:
+    """Memory this process may still allocate: the host's available memory, or less where a
+    cgroup limit (container, Slurm `--mem`) leaves less."""
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    from trainforge.hardware.limits import memory_available
+
+    return int(memory_available(psutil.virtual_memory().available))
 
 
 def _reset_host_peak() -> bool:
@@ -159,6 +163,16 @@ def cuda_step_peak(run: Callable[[], None], device: torch.device) -> int:
     return int(torch.cuda.max_memory_reserved(device))
 
 
+def _host_how(what: str) -> str:
+    """`what`, naming the cgroup limit that bounds it in a container or a Slurm job."""
+    import psutil
+
+    from trainforge.hardware.limits import memory_budget
+
+    source = memory_budget(psutil.virtual_memory().total).source
+    return what if source == "host" else f"{what}, {source}"
+
+
 def _limit(configured_gib: float | None, have: int) -> int:
     return min(int(configured_gib * GIB), have) if configured_gib else have
 
@@ -183,7 +197,7 @@ def meter(
             gpu = cuda_step_peak(lambda: runner(size), device)
             return gpu + _host_rss()
 
-        return unified_probe, budget, held, True, "unified memory"
+        return unified_probe, budget, held, True, _host_how("unified memory")
     if device.type == "cpu":
         held = _host_rss()
         budget = _limit(budget_gib, _host_available() + held)
@@ -191,7 +205,7 @@ def meter(
         def cpu_probe(size: int) -> int:
             return host_step_peak(lambda: runner(size))
 
-        return cpu_probe, budget, held, True, "CPU RAM"
+        return cpu_probe, budget, held, True, _host_how("CPU RAM")
     from trainforge.errors import UserError
 
     raise UserError(
