@@ -169,17 +169,48 @@ def test_space_warning_when_the_checkpoints_will_not_fit(tmp_path, monkeypatch):
     assert ckpt.estimate_bytes(model) == 3 * 440
 
 
-def test_torch_zip_writer_refused_by_a_full_device_raises_the_disk_error_itself():
-    """/dev/full refuses every write with ENOSPC, as a full disk does: torch's zip writer
-    turns that into `RuntimeError: unexpected pos`; the checkpoint writer raises the cause."""
-    from pathlib import Path
+class FillsUp:
+    """A file on a disk that fills up after `room_bytes`: later writes go to /dev/full,
+    which refuses them with the kernel's ENOSPC."""
 
-    from trainforge.engine.checkpoint_write import write_file
+    def __init__(self, path, room_bytes: int) -> None:
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.full = open("/dev/full", "wb", buffering=0)  # noqa: SIM115
+        self.room_bytes = room_bytes
 
-    state = {"weights": torch.zeros(1 << 18)}
+    def write(self, data) -> int:
+        self.room_bytes -= memoryview(data).nbytes
+        return (self.fh if self.room_bytes >= 0 else self.full).write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def fileno(self) -> int:
+        return self.fh.fileno()
+
+    def close(self) -> None:
+        self.fh.close()
+        self.full.close()
+
+
+def test_a_disk_filling_up_inside_torch_save_raises_the_disk_error_itself(tmp_path, monkeypatch):
+    """torch's zip writer turns a write refused mid-file into `RuntimeError: [enforce fail
+    at inline_container.cc] unexpected pos`; the checkpoint writer raises the disk's own
+    error, which becomes the one-line `StorageError`."""
+    from trainforge.engine import checkpoint_write
+
+    monkeypatch.setattr(checkpoint_write, "open", lambda path, mode: FillsUp(path, 300_000),
+                        raising=False)  # fmt: skip
+    state = {"a": torch.zeros(1 << 18), "b": torch.zeros(1 << 18)}  # 2 MB
     with pytest.raises(OSError) as info:
-        write_file(Path("/dev/full"), lambda out: torch.save(state, out), False)
+        checkpoint_write.write_file(tmp_path / "state.pt", lambda out: torch.save(state, out))
     assert info.value.errno == errno.ENOSPC
+    with pytest.raises(StorageError, match=r"cannot write checkpoint .*: No space left on"):
+        ckpt.save_checkpoint(
+            tmp_path / "checkpoints" / "checkpoint-1", model_state={"w": torch.zeros(4)},
+            state=state, meta={}, config_yaml="",
+        )  # fmt: skip
+    assert not list((tmp_path / "checkpoints").iterdir())
 
 
 def test_a_library_error_caused_by_a_refusing_disk_is_one_line():
