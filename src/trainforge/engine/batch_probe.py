@@ -163,6 +163,18 @@ def cuda_step_peak(run: Callable[[], None], device: torch.device) -> int:
     return int(torch.cuda.max_memory_reserved(device))
 
 
+def _host_budget(held: int) -> int:
+    """What this process holds plus what it may still allocate, never above the memory the
+    machine gives it: the resident size counts shared library pages that another cgroup was
+    charged for, so held + available alone can exceed a container's limit."""
+    import psutil
+
+    from trainforge.hardware.limits import memory_budget
+
+    limit = memory_budget(psutil.virtual_memory().total).value
+    return int(min(_host_available() + held, limit))
+
+
 def _host_how(what: str) -> str:
     """`what`, naming the cgroup limit that bounds it in a container or a Slurm job."""
     import psutil
@@ -191,7 +203,7 @@ def meter(
         return cuda_probe, budget, int(torch.cuda.memory_reserved(device)), False, "CUDA"
     if device.type == "cuda":
         held = _host_rss() + int(torch.cuda.memory_reserved(device))
-        budget = _limit(budget_gib, _host_available() + held)
+        budget = _limit(budget_gib, _host_budget(held))
 
         def unified_probe(size: int) -> int:
             gpu = cuda_step_peak(lambda: runner(size), device)
@@ -200,7 +212,7 @@ def meter(
         return unified_probe, budget, held, True, _host_how("unified memory")
     if device.type == "cpu":
         held = _host_rss()
-        budget = _limit(budget_gib, _host_available() + held)
+        budget = _limit(budget_gib, _host_budget(held))
 
         def cpu_probe(size: int) -> int:
             return host_step_peak(lambda: runner(size))

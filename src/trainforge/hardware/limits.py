@@ -116,7 +116,7 @@ def _quota(quota: str, period: str) -> float | None:
 
 
 def _v1_cpus(root: Path, paths: dict[str, str]) -> float | None:
-    key = next((k for k in paths if k in ("cpu", "cpuacct")), None)
+    key = "cpu" if "cpu" in paths else "cpuacct" if "cpuacct" in paths else None
     if key is None:
         return None
     mount = root / CGROUP_ROOT / "cpu"
