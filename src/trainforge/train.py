@@ -63,10 +63,13 @@ def train(resolved: ResolvedConfig, platform: Any, *, resume_from: str | None = 
 
 def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: str | None):
     """One run while holding its folder (rank 0); the hold ends with the run."""
+    from trainforge.hardware import oom
+
     held: list[int] = []
     try:
         return _run(resolved, platform, device, resume_from, held)
     finally:
+        oom.end_all()  # the run ended by itself: no record of a killed start stays
         for fd in held:
             os.close(fd)
 
@@ -86,6 +89,8 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     folder = run_folder_for(resolved)
     main = parallel.context().is_main
     start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
+    if main:
+        resume.note_killed_start(folder)
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.

@@ -121,6 +121,18 @@ def prepare_folder(
     return resume_step
 
 
+def note_killed_start(folder: RunFolder) -> None:
+    """Say when the kernel's OOM killer ended the run's previous start, then record this
+    start (a kill leaves the record behind for the next start to read)."""
+    from trainforge.hardware import oom
+
+    line = oom.previous_end(folder.process_file)
+    if line:
+        print(f"{line}; resuming continues it from its last checkpoint")
+    folder.path.mkdir(parents=True, exist_ok=True)
+    oom.begin(folder.process_file)
+
+
 def record_run(folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None) -> None:
     """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it), written
     before any other file of the run, then again with the numbers of this run once the
