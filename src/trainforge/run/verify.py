@@ -56,5 +56,6 @@ def verify_main(target: str) -> int:
     for row in rows:
         print("  ".join([*(row[i].ljust(widths[i]) for i in range(3)), row[3]]))
     damaged = sum(1 for row in rows[1:] if row[3] != "ok")
-    print(f"{len(rows) - 1} checkpoints, {damaged} damaged")
+    count = len(rows) - 1
+    print(f"{count} checkpoint{'' if count == 1 else 's'}, {damaged} damaged")
     return 1 if damaged else 0
