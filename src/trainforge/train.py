@@ -34,7 +34,8 @@ def train(resolved: ResolvedConfig, platform: Any, *, resume_from: str | None = 
     from trainforge.hardware import resolve_device
 
     device = torch.device(resolve_device(resolved.config.training.device, platform))
-    dist = parallel.setup(resolved.config.hardware.distributed_backend, device.type)
+    hardware = resolved.config.hardware
+    dist = parallel.setup(hardware.distributed_backend, device.type, hardware.distributed_timeout_s)
     if not dist.enabled:
         return _train(resolved, platform, device, resume_from)
     if device.type == "cuda":
