@@ -32,8 +32,16 @@ ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
 def command(tmp_path: Path, steps: int, *extra: str) -> list[str]:
     sets = [*TINY, f"output.dir={tmp_path}", "output.run_name=hung", f"training.max_steps={steps}"]
     args = [a for s in sets for a in ("--set", s)]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"), *args, *extra]  # fmt: skip
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    return [
+        *launch,
+        "-m",
+        "trainforge",
+        "train",
+        str(REPO / "config/vit_digits.yaml"),
+        *args,
+        *extra,
+    ]
 
 
 def test_a_stopped_rank_is_named_by_the_other_within_the_timeout(tmp_path):
