@@ -19,27 +19,29 @@ import time
 from typing import Any
 
 KEY = "trainforge/alive/{rank}"
-_STOP = threading.Event()
+_STOPS: list[threading.Event] = []  # one per beating thread; `stop` ends them all
 
 
 def start(store: Any, rank: int, interval_s: float) -> None:
     """Beat every `interval_s` seconds until `stop()` (or the process ends)."""
-    _STOP.clear()
+    stopped = threading.Event()
+    _STOPS.append(stopped)
     key = KEY.format(rank=rank)
 
     def beat() -> None:
-        while not _STOP.is_set():
+        while not stopped.is_set():
             try:
                 store.set(key, repr(time.time()))
             except Exception:  # the store went with its host: nothing to tell any more
                 return
-            _STOP.wait(interval_s)
+            stopped.wait(interval_s)
 
     threading.Thread(target=beat, name="trainforge-heartbeat", daemon=True).start()
 
 
 def stop() -> None:
-    _STOP.set()
+    while _STOPS:
+        _STOPS.pop().set()
 
 
 def silent_ranks(store: Any, world_size: int, own_rank: int, stale_s: float) -> list[int]:
