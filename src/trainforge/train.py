@@ -90,8 +90,6 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     folder = run_folder_for(resolved)
     main = parallel.context().is_main
     start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
-    if main:
-        resume.note_killed_start(folder)
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
@@ -103,6 +101,8 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     task = build_task(config, device)  # may raise UserError (missing data): nothing written yet
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
+    if main:  # only now: a user error before this point leaves nothing on disk
+        resume.note_killed_start(folder)
     parallel.barrier()
 
     callbacks = build_callbacks(

@@ -158,7 +158,12 @@ def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> Di
         )
     _CONTROL = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     _CONTEXT = DistContext(rank, world, local, backend, timeout_s)
-    heartbeat.start(_store(), rank, interval_s=min(5.0, max(0.5, timeout_s / 10)))
+    try:
+        store = _store()
+    except Exception:  # no store to beat through (a process group without one)
+        store = None
+    if store is not None:
+        heartbeat.start(store, rank, interval_s=min(5.0, max(0.5, timeout_s / 10)))
     return _CONTEXT
 
 
@@ -319,7 +324,8 @@ def failure_line(err: BaseException, wait_s: float = 1.0, resume: str | None = N
         return f"rank {rank}: {first}"
     if failure_reports(wait_s):
         return None
-    silent = _silent_line(resume)
+    timed_out = "timed out" in text.lower() or "timeout" in text.lower()
+    silent = _silent_line(resume) if timed_out else None
     if silent is not None:
         record_failure(silent)
         return f"rank {rank}: {silent}"

@@ -45,14 +45,17 @@ def stop() -> None:
 
 
 def silent_ranks(store: Any, world_size: int, own_rank: int, stale_s: float) -> list[int]:
-    """The other ranks whose last heartbeat is older than `stale_s` seconds."""
+    """The other ranks whose last heartbeat is older than `stale_s` seconds (a rank that never
+    beat is not counted: it may never have started its heartbeat)."""
     now, silent = time.time(), []
     for rank in range(world_size):
         if rank == own_rank:
             continue
         key = KEY.format(rank=rank)
         try:
-            last = float(store.get(key).decode()) if store.check([key]) else 0.0
+            if not store.check([key]):
+                continue
+            last = float(store.get(key).decode())
         except Exception:  # the store went with its host
             return []
         if now - last > stale_s:

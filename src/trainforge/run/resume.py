@@ -129,7 +129,6 @@ def note_killed_start(folder: RunFolder) -> None:
     line = oom.previous_end(folder.process_file)
     if line:
         print(f"{line}; resuming continues it from its last checkpoint")
-    folder.path.mkdir(parents=True, exist_ok=True)
     oom.begin(folder.process_file)
 
 
