@@ -13,7 +13,8 @@ longest batch), without torch.compile. A meter measures each step's peak:
   extrapolates and never runs a size predicted to exceed the budget. Where the driver also
   maps GPU memory into the process's resident set it is counted twice: on the safe side.
 - CPU: the process's peak resident memory (Linux: VmHWM, reset before each step through
-  /proc/self/clear_refs), against the budget if set, else the available RAM (psutil).
+  /proc/self/clear_refs), against the budget if set, else the available RAM (psutil), never
+  above a container's or Slurm job's cgroup limit (`hardware.limits`).
 
 The probe works on a throwaway task built from the same config by the caller's task builder
 (the train entry passes `trainforge.tasks.build_task`: the engine imports no task); the run
