@@ -366,6 +366,16 @@ def doctor(
     _exit_with(doctor_main(config, profile=profile, overrides=set_ or [], fixture=fixture))
 
 
+@app.command()
+def verify(
+    target: Annotated[str, typer.Argument(help="A run folder or one of its checkpoints.")],
+) -> None:
+    """Check every checkpoint of a run against its manifest; exit 1 when one is damaged."""
+    from trainforge.run.verify import verify_main
+
+    _exit_with(verify_main(target))
+
+
 @app.command(
     "models",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -485,4 +495,12 @@ def main() -> None:
         app()
     except UserError as err:
         print(err.line(), file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:  # a library's write the disk refused (full, read-only)
+        from trainforge.storage import disk_error_line
+
+        line = disk_error_line(err)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         sys.exit(2)

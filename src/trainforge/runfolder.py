@@ -100,6 +100,11 @@ class RunFolder:
         return self.path / "export"
 
     @property
+    def process_file(self) -> Path:
+        """The running start's process record (`hardware.oom`): left by a killed start."""
+        return self.path / ".process.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.path / ".lock"
 

@@ -34,7 +34,8 @@ def train(resolved: ResolvedConfig, platform: Any, *, resume_from: str | None = 
     from trainforge.hardware import resolve_device
 
     device = torch.device(resolve_device(resolved.config.training.device, platform))
-    dist = parallel.setup(resolved.config.hardware.distributed_backend, device.type)
+    hardware = resolved.config.hardware
+    dist = parallel.setup(hardware.distributed_backend, device.type, hardware.distributed_timeout_s)
     if not dist.enabled:
         return _train(resolved, platform, device, resume_from)
     if device.type == "cuda":
@@ -63,10 +64,13 @@ def train(resolved: ResolvedConfig, platform: Any, *, resume_from: str | None = 
 
 def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: str | None):
     """One run while holding its folder (rank 0); the hold ends with the run."""
+    from trainforge.hardware import oom
+
     held: list[int] = []
     try:
         return _run(resolved, platform, device, resume_from, held)
     finally:
+        oom.end_all()  # the run ended by itself: no record of a killed start stays
         for fd in held:
             os.close(fd)
 
@@ -101,6 +105,8 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
+    if main:  # only now: a user error before this point leaves nothing on disk
+        resume.note_killed_start(folder)
     parallel.barrier()
 
     callbacks = build_callbacks(

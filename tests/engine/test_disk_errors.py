@@ -167,3 +167,65 @@ def test_space_warning_when_the_checkpoints_will_not_fit(tmp_path, monkeypatch):
     assert ckpt.space_warning(tmp_path / "run", 3 * 10**6, 3) is None
     model = torch.nn.Linear(10, 10)  # 110 float32 weights: 440 bytes, x3 with AdamW moments
     assert ckpt.estimate_bytes(model) == 3 * 440
+
+
+class FillsUp:
+    """A file on a disk that fills up after `room_bytes`: later writes go to /dev/full,
+    which refuses them with the kernel's ENOSPC."""
+
+    def __init__(self, path, room_bytes: int) -> None:
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.full = open("/dev/full", "wb", buffering=0)  # noqa: SIM115
+        self.room_bytes = room_bytes
+
+    def write(self, data) -> int:
+        self.room_bytes -= memoryview(data).nbytes
+        return (self.fh if self.room_bytes >= 0 else self.full).write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def fileno(self) -> int:
+        return self.fh.fileno()
+
+    def close(self) -> None:
+        self.fh.close()
+        self.full.close()
+
+
+def test_a_disk_filling_up_inside_torch_save_raises_the_disk_error_itself(tmp_path, monkeypatch):
+    """torch's zip writer turns a write refused mid-file into `RuntimeError: [enforce fail
+    at inline_container.cc] unexpected pos`; the checkpoint writer raises the disk's own
+    error, which becomes the one-line `StorageError`."""
+    from trainforge.engine import checkpoint_write
+
+    monkeypatch.setattr(checkpoint_write, "open", lambda path, mode: FillsUp(path, 300_000),
+                        raising=False)  # fmt: skip
+    state = {"a": torch.zeros(1 << 18), "b": torch.zeros(1 << 18)}  # 2 MB
+    with pytest.raises(OSError) as info:
+        checkpoint_write.write_file(tmp_path / "state.pt", lambda out: torch.save(state, out))
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(StorageError, match=r"cannot write checkpoint .*: No space left on"):
+        ckpt.save_checkpoint(
+            tmp_path / "checkpoints" / "checkpoint-1", model_state={"w": torch.zeros(4)},
+            state=state, meta={}, config_yaml="",
+        )  # fmt: skip
+    assert not list((tmp_path / "checkpoints").iterdir())
+
+
+def test_a_library_error_caused_by_a_refusing_disk_is_one_line():
+    from trainforge.storage import disk_cause, disk_error_line
+
+    try:
+        try:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), "/runs/r/tensorboard/ev")
+        except OSError as err:
+            raise RuntimeError("a library's wrapper") from err
+    except RuntimeError as err:
+        wrapped = err
+    line = disk_error_line(wrapped)
+    assert line is not None and "\n" not in line
+    assert line.startswith("cannot write file /runs/r/tensorboard/ev: Read-only file system")
+    assert "make the folder writable" in line
+    assert disk_cause(RuntimeError("a bug")) is None
+    assert disk_error_line(ValueError("no disk involved")) is None

@@ -281,3 +281,28 @@ def test_the_documented_minimal_request_starts_a_run(make_client, monkeypatch):
     assert response.json()["task"] == "image-classification"
     assert response.json()["profile"] == "cpu"  # auto on the recorded CPU machine
     assert wait_for(finished(client, "digits-api"))["status"] == "completed"
+
+
+def test_a_run_the_oom_killer_ended_says_so(make_client, monkeypatch, project, tmp_path):
+    """The process record a start leaves, and its memory cgroup's OOM count that grew: the
+    run page says out of memory, with the limit and the fix (a real OOM kill is in
+    tests/engine/test_oom_kill.py)."""
+    from trainforge.web.settings import WebSettings
+
+    monkeypatch.setenv("FAKE_TRAINER_STEPS", "1000")
+    client = make_client()
+    pid = client.post("/api/runs", json=run_form()).json()["pid"]
+    wait_for(lambda: status(client, "digits-web")["step"] >= 1)
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    folder = WebSettings(root=project).run_folder("digits-web")
+    record = {"pid": pid, "memory_cgroup": str(cgroup), "oom_kills": 0}
+    record.update(memory_limit_bytes=1.5 * 1024**3, memory_source="cgroup limit")
+    folder.process_file.write_text(json.dumps(record))
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
+    os.kill(pid, signal.SIGKILL)
+    view = wait_for(finished(client, "digits-web"))
+    assert view["status"] == "failed"
+    assert view["message"] == (
+        "killed: out of memory (limit 1.5 GiB); lower the micro-batch or use --batch_size auto"
+    )

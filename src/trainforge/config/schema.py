@@ -520,6 +520,12 @@ class HardwareConfig(Section):
     distributed_backend: Literal["auto", "nccl", "gloo"] = Field(
         "auto", description="torch.distributed backend (auto: NCCL on CUDA, Gloo on CPU)."
     )
+    distributed_timeout_s: float = Field(
+        600.0,
+        gt=0.0,
+        description="Seconds a collective waits for a silent peer (a stopped or hung rank) "
+        "before the job ends with one line naming that rank (torch's default: 600).",
+    )
     data_parallel: Literal["ddp", "fsdp"] = Field(
         "ddp",
         description="Several processes: ddp (a full model per process) or fsdp (FSDP2 "

@@ -484,6 +484,9 @@ def check_memory_budget(ctx: Context) -> Finding:
         have, what = min(g.memory_gib for g in gpus), "GPU memory"
     else:
         have, what = facts.platform.memory_gib, "RAM"
+    source = getattr(facts.platform, "memory_source", "host")
+    if source != "host" and what != "GPU memory":  # a container's or Slurm job's limit
+        what = f"{what} ({source})"
     if budget > have:
         return Finding(
             "memory budget",

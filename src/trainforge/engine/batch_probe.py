@@ -13,7 +13,8 @@ longest batch), without torch.compile. A meter measures each step's peak:
   extrapolates and never runs a size predicted to exceed the budget. Where the driver also
   maps GPU memory into the process's resident set it is counted twice: on the safe side.
 - CPU: the process's peak resident memory (Linux: VmHWM, reset before each step through
-  /proc/self/clear_refs), against the budget if set, else the available RAM (psutil).
+  /proc/self/clear_refs), against the budget if set, else the available RAM (psutil), never
+  above a container's or Slurm job's cgroup limit (`hardware.limits`).
 
 The probe works on a throwaway task built from the same config by the caller's task builder
 (the train entry passes `trainforge.tasks.build_task`: the engine imports no task); the run
@@ -105,9 +106,13 @@ def _host_rss() -> int:
 
 
 def _host_available() -> int:
+    """Memory this process may still allocate: the host's available memory, or less where a
+    cgroup limit (container, Slurm `--mem`) leaves less."""
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    from trainforge.hardware.limits import memory_available
+
+    return int(memory_available(psutil.virtual_memory().available))
 
 
 def _reset_host_peak() -> bool:
@@ -159,6 +164,28 @@ def cuda_step_peak(run: Callable[[], None], device: torch.device) -> int:
     return int(torch.cuda.max_memory_reserved(device))
 
 
+def _host_budget(held: int) -> int:
+    """What this process holds plus what it may still allocate, never above the memory the
+    machine gives it: the resident size counts shared library pages that another cgroup was
+    charged for, so held + available alone can exceed a container's limit."""
+    import psutil
+
+    from trainforge.hardware.limits import memory_budget
+
+    limit = memory_budget(psutil.virtual_memory().total).value
+    return int(min(_host_available() + held, limit))
+
+
+def _host_how(what: str) -> str:
+    """`what`, naming the cgroup limit that bounds it in a container or a Slurm job."""
+    import psutil
+
+    from trainforge.hardware.limits import memory_budget
+
+    source = memory_budget(psutil.virtual_memory().total).source
+    return what if source == "host" else f"{what}, {source}"
+
+
 def _limit(configured_gib: float | None, have: int) -> int:
     return min(int(configured_gib * GIB), have) if configured_gib else have
 
@@ -177,21 +204,21 @@ def meter(
         return cuda_probe, budget, int(torch.cuda.memory_reserved(device)), False, "CUDA"
     if device.type == "cuda":
         held = _host_rss() + int(torch.cuda.memory_reserved(device))
-        budget = _limit(budget_gib, _host_available() + held)
+        budget = _limit(budget_gib, _host_budget(held))
 
         def unified_probe(size: int) -> int:
             gpu = cuda_step_peak(lambda: runner(size), device)
             return gpu + _host_rss()
 
-        return unified_probe, budget, held, True, "unified memory"
+        return unified_probe, budget, held, True, _host_how("unified memory")
     if device.type == "cpu":
         held = _host_rss()
-        budget = _limit(budget_gib, _host_available() + held)
+        budget = _limit(budget_gib, _host_budget(held))
 
         def cpu_probe(size: int) -> int:
             return host_step_peak(lambda: runner(size))
 
-        return cpu_probe, budget, held, True, "CPU RAM"
+        return cpu_probe, budget, held, True, _host_how("CPU RAM")
     from trainforge.errors import UserError
 
     raise UserError(

@@ -19,6 +19,7 @@ offsets.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -69,18 +70,24 @@ class HashingFile:
 
     A file object `torch.save` can write to (it needs `write` and `flush`); `close()`
     flushes (fsyncing the open handle when `sync`) and returns the checksum as the manifest
-    records it."""
+    records it. An `OSError` of a write is kept in `error`: torch's zip writer swallows it
+    and raises `RuntimeError: unexpected pos` instead, so `write_file` raises the kept one."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._hash = xxhash.xxh3_128()
         self.num_bytes = 0
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         self._hash.update(view)
-        self._fh.write(view)
+        try:
+            self._fh.write(view)
+        except OSError as err:
+            self.error = err
+            raise
         self.num_bytes += view.nbytes
         return view.nbytes
 
@@ -97,7 +104,8 @@ class HashingFile:
         return _digest_text(self._hash)
 
     def abort(self) -> None:
-        self._fh.close()
+        with contextlib.suppress(OSError):  # flushing the buffer can fail again: disk full
+            self._fh.close()
 
 
 def write_file(path: Path, write: Any, sync: bool = True) -> str:
@@ -108,8 +116,10 @@ def write_file(path: Path, write: Any, sync: bool = True) -> str:
     out = HashingFile(path)
     try:
         write(out)
-    except BaseException:
+    except BaseException as err:
         out.abort()
+        if out.error is not None and out.error is not err:
+            raise out.error from err  # the disk's refusal, not a library's wrapper of it
         raise
     return out.close(sync)
 

@@ -37,11 +37,13 @@ _DEVICE_FOR_KIND = {
 
 
 def detect(probe: Probe | None = None) -> Platform:
-    """Find out what machine we run on. Never imports torch; never raises on odd files."""
+    """Find out what machine we run on. Never imports torch; never raises on odd files.
+
+    `memory_gib` is what this process may use: the host's RAM or its cgroup's limit."""
     probe = probe or Probe()
     machine = probe.machine if probe.machine is not None else _stdlib_platform.machine()
     system = probe.system if probe.system is not None else _stdlib_platform.system().lower()
-    memory_gib = read_memory_gib(probe.root)
+    memory_gib, memory_source = _memory_budget_gib(probe.root)
     gpus = probe.gpus if probe.gpus is not None else nvml.query_nvml_gpus()
     jetson = read_jetson(probe.root)
     mps = probe.mps_available
@@ -58,7 +60,19 @@ def detect(probe: Probe | None = None) -> Platform:
         gpus=gpus,
         jetson=jetson,
         slurm=read_slurm(probe.env),
+        memory_source=memory_source,
     )
+
+
+def _memory_budget_gib(root: Path) -> tuple[float, str]:
+    """The host's RAM, or a tighter cgroup limit (container, Slurm `--mem`), in GiB."""
+    from trainforge.hardware.limits import memory_budget
+
+    host_gib = read_memory_gib(root)
+    budget = memory_budget(host_gib * 1024**3, root)
+    if budget.source == "host":
+        return host_gib, "host"
+    return round(budget.value / 1024**3, 2), budget.source
 
 
 def _classify(

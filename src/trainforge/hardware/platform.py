@@ -80,6 +80,8 @@ class Platform:
     gpus: tuple[GpuInfo, ...]
     jetson: JetsonInfo | None
     slurm: SlurmInfo | None
+    # What bounds `memory_gib`: "host" (its RAM) or the cgroup limit a container or Slurm set.
+    memory_source: str = "host"
 
     def describe(self) -> list[str]:
         """Human-readable lines for `trainforge detect`, most important first."""
@@ -93,7 +95,10 @@ class Platform:
         lines.extend(gpu.describe() for gpu in self.gpus)
         if self.slurm is not None:
             lines.append(self.slurm.describe())
-        lines.append(f"CPU: {self.cpu_count} cores, RAM {self.memory_gib:.1f} GiB")
+        memory = f"RAM {self.memory_gib:.1f} GiB"
+        if self.memory_source != "host":
+            memory = f"memory {self.memory_gib:.2f} GiB ({self.memory_source})"
+        lines.append(f"CPU: {self.cpu_count} cores, {memory}")
         return lines
 
     def _headline(self) -> str:

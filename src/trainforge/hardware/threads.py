@@ -9,9 +9,11 @@ The budget, first match wins:
    several, so each rank of a torchrun job keeps the share torchrun gave it);
 3. `TRAINFORGE_THREADS`: what the web app hands each training it starts (cores / trainings it
    runs in parallel);
-4. otherwise the cores this process may use (its CPU affinity, capped at torch's own default)
-   divided by the trainings running on this machine now, counted from small marker files
-   under the temporary folder that every `trainforge train` writes for its lifetime.
+4. otherwise the CPUs this process may use (the tightest of the host's cores, its CPU
+   affinity and its cgroup's CPU quota: `hardware.limits`, capped at torch's own default,
+   which counts the host's cores whatever the container allows) divided by the trainings
+   running on this machine now, counted from small marker files under the temporary folder
+   that every `trainforge train` writes for its lifetime.
 
 Considered: threadpoolctl (limits BLAS/OpenMP pools of numpy and scikit-learn, but it does
 not know how many trainings share the machine) and counting processes by command line with
@@ -31,11 +33,16 @@ THREADS_ENV = "TRAINFORGE_THREADS"
 
 
 def usable_cores() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. under Slurm or `taskset`)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # macOS has no sched_getaffinity
-        return max(1, os.cpu_count() or 1)
+    """CPUs this process may run on: its affinity mask (Slurm, `taskset`) and cgroup quota."""
+    from trainforge.hardware.limits import cpu_budget
+
+    return max(1, int(cpu_budget().value))
+
+
+def _cpu_limit_source() -> str:
+    from trainforge.hardware.limits import cpu_budget
+
+    return cpu_budget().source
 
 
 def _marker_dir() -> Path:
@@ -93,7 +100,8 @@ def thread_budget(
     """(threads, where the number came from); threads None keeps torch's own default.
 
     `others` is the number of other trainings running on this machine; `default_threads` is
-    torch's default (physical cores), which the budget never exceeds."""
+    torch's default (physical cores), which the budget never exceeds. `cores` below torch's
+    default (an affinity set or a CPU quota) bounds the budget even with no other training."""
     env = os.environ if env is None else env
     if num_threads:
         return num_threads, "training.num_threads"
@@ -101,9 +109,13 @@ def thread_budget(
         value = env.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
             return int(value), name
-    if others <= 0:
-        return None, "all cores (no other training running here)"
+    limited = cores is None
     cores = cores or usable_cores()
+    if others <= 0:
+        if default_threads and cores < default_threads:
+            source = _cpu_limit_source() if limited else "CPU limit"
+            return cores, f"{source}: {cores} of {default_threads} cores"
+        return None, "all cores (no other training running here)"
     if default_threads:
         cores = min(cores, default_threads)
     share = max(1, cores // (others + 1))

@@ -45,46 +45,106 @@ class JsonlLogger:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh = path.open("a", encoding="utf-8")
+        path.touch()
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         record = {"time": round(time.time(), 3), "split": split, "step": step, "epoch": epoch}
         record.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
-        self._fh.write(json.dumps(record) + "\n")
-        self._fh.flush()
+        line = json.dumps(record) + "\n"
+        try:  # opened per record: no file held open for writing between records, so an
+            # administrator's `mount -o remount,ro` of the disk is not refused as busy
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line)
+        except OSError as err:
+            from trainforge.storage import storage_error
+
+            raise storage_error(
+                "metrics", self.path, err, len(line), "then resume with --resume RUN"
+            ) from None
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass  # the run folder holds config.resolved.yaml
 
     def close(self) -> None:
-        self._fh.close()
+        pass  # nothing is held open between records
 
 
 class TensorBoardLogger:
+    """TensorBoard events through torch's `SummaryWriter`.
+
+    TensorBoard writes on a thread of its own; a write the disk refuses ends that thread and
+    comes back at the next call here, where it becomes the one-line `StorageError` (the
+    thread's own traceback is not printed, see `_quiet_writer_thread`)."""
+
     def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        _quiet_writer_thread()
         self.log_dir = log_dir
         # A resume from step N hides the events an interrupted run wrote after N, so every
         # step appears once, in order.
-        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        self.writer = self._guard(
+            lambda: SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+        )
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        from trainforge.storage import disk_cause, storage_error
+
+        try:
+            return call()
+        except Exception as err:
+            cause = disk_cause(err)
+            if cause is None:
+                raise
+            raise storage_error(
+                "TensorBoard events", self.log_dir, cause, None,
+                "then resume with --resume RUN, or set logging.tensorboard=false",
+            ) from None  # fmt: skip
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         for key, value in metrics.items():
-            self.writer.add_scalar(f"{split}/{key}", value, step)
+            self._guard(lambda k=key, v=value: self.writer.add_scalar(f"{split}/{k}", v, step))
 
     def log_params(self, params: dict[str, Any]) -> None:
         text = "\n".join(f"    {k}: {scrub(str(v))}" for k, v in sorted(params.items()))
-        self.writer.add_text("config", text, 0)
+        self._guard(lambda: self.writer.add_text("config", text, 0))
 
     def log_histograms(self, model: Any, step: int) -> None:
         # Weights only: at `on_step_end` the optimizer step has already cleared the gradients
         # (zero_grad(set_to_none=True)), so a gradient histogram would never be written.
         for name, param in model.named_parameters():
-            self.writer.add_histogram(f"weights/{name}", param.detach().float().cpu(), step)
+            values = param.detach().float().cpu()
+            self._guard(lambda n=name, v=values: self.writer.add_histogram(f"weights/{n}", v, step))
 
     def close(self) -> None:
-        self.writer.close()
+        from trainforge.storage import disk_cause
+
+        try:
+            self.writer.close()
+        except Exception as err:  # a refusal already reported where it happened
+            if disk_cause(err) is None:
+                raise
+
+
+def _quiet_writer_thread() -> None:
+    """Leave out the traceback of TensorBoard's writer thread when a disk refusal ends it:
+    TensorBoard raises the same error again at the next call, where it becomes one line."""
+    import threading
+
+    from trainforge.storage import disk_cause
+
+    previous = threading.excepthook
+    if getattr(previous, "trainforge_quiet", False):
+        return
+
+    def hook(args: Any) -> None:
+        writer_thread = type(args.thread).__name__ == "_AsyncWriterThread"
+        if writer_thread and disk_cause(args.exc_value) is not None:
+            return
+        previous(args)
+
+    hook.trainforge_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 class MlflowLogger:

@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 from trainforge.errors import UserError
+from trainforge.parallel import heartbeat
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     backend: str | None = None
+    timeout_s: float = 600.0  # how long a collective waits for a silent peer
 
     @property
     def enabled(self) -> bool:
@@ -155,7 +157,13 @@ def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> Di
             backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
         )
     _CONTROL = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
-    _CONTEXT = DistContext(rank, world, local, backend)
+    _CONTEXT = DistContext(rank, world, local, backend, timeout_s)
+    try:
+        store = _store()
+    except Exception:  # no store to beat through (a process group without one)
+        store = None
+    if store is not None:
+        heartbeat.start(store, rank, interval_s=min(5.0, max(0.5, timeout_s / 10)))
     return _CONTEXT
 
 
@@ -174,6 +182,7 @@ def teardown() -> None:
     cleared first (the traceback still prints).
     """
     global _CONTEXT, _CONTROL
+    heartbeat.stop()
     if _CONTEXT.enabled:
         import gc
         import sys
@@ -313,12 +322,40 @@ def failure_line(err: BaseException, wait_s: float = 1.0, resume: str | None = N
     if not is_peer_loss(err):
         record_failure(first)
         return f"rank {rank}: {first}"
-    if failure_reports(wait_s) or not _first_to_speak():
+    if failure_reports(wait_s):
+        return None
+    timed_out = "timed out" in text.lower() or "timeout" in text.lower()
+    silent = _silent_line(resume) if timed_out else None
+    if silent is not None:
+        record_failure(silent)
+        return f"rank {rank}: {silent}"
+    if not _first_to_speak():
         return None
     return (
         f"rank {rank}: the distributed job failed: another rank stopped without reporting an "
         f"error (killed by a signal or out of memory?) ({first}). the launcher's exit codes "
         f"above name it; rerun with {f'`{resume}`' if resume else '--resume auto'}"
+    )
+
+
+def _silent_line(resume: str | None) -> str | None:
+    """The line naming the ranks whose heartbeats stopped (a hung or stopped peer), or None
+    when every peer still beats (it died or left: its exit code says more)."""
+    timeout_s = _CONTEXT.timeout_s
+    try:
+        silent = heartbeat.silent_ranks(
+            _store(), _CONTEXT.world_size, _CONTEXT.rank, stale_s=timeout_s / 2
+        )
+    except Exception:  # no store: nothing to read
+        return None
+    if not silent:
+        return None
+    names = ", ".join(str(r) for r in silent)
+    return (
+        f"rank {names} stopped answering: no sign of life for over {timeout_s / 2:g} s and the "
+        f"collective waited hardware.distributed_timeout_s = {timeout_s:g} s (a stopped "
+        "process, a debugger, a hung device); the last checkpoint is intact: end that rank, "
+        f"then continue with {f'`{resume}`' if resume else '--resume auto'}"
     )
 
 

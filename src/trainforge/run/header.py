@@ -26,6 +26,8 @@ def print_start(
         f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
         f"({resolved.profile_reason})"
     )
+    if getattr(platform, "memory_source", "host") != "host":  # a container or Slurm's --mem
+        print(f"memory: {platform.memory_gib:.2f} GiB ({platform.memory_source})")
     print(
         f"task: {c.task.kind}   data: {c.data.dataset} ({trainer.task.num_train_samples} "
         f"training samples)   model: {c.model.arch} "

@@ -122,6 +122,17 @@ def prepare_folder(
     return resume_step
 
 
+def note_killed_start(folder: RunFolder) -> None:
+    """Say when the kernel's OOM killer ended the run's previous start, then record this
+    start (a kill leaves the record behind for the next start to read)."""
+    from trainforge.hardware import oom
+
+    line = oom.previous_end(folder.process_file)
+    if line:
+        print(f"{line}; resuming continues it from its last checkpoint")
+    oom.begin(folder.process_file)
+
+
 def record_run(
     folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None, init_from: Any = None
 ) -> None:

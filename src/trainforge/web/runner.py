@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from trainforge.errors import UserError
+from trainforge.hardware.oom import previous_end
 from trainforge.hardware.threads import THREADS_ENV, usable_cores
 from trainforge.runfolder import resume_command
 from trainforge.web.db import RUNNING, RunRecord, RunRegistry
@@ -292,6 +293,9 @@ class Runner:
             saved = interrupted_checkpoint(folder).is_dir()
             where = f"checkpoint {INTERRUPTED_CHECKPOINT} saved" if saved else "no checkpoint yet"
             return "stopped", f"stopped by {STOP_CODES[code]}; {where}"
+        killed = previous_end(folder.process_file) if code is None or code < 0 else None
+        if killed is not None:  # the kernel's OOM killer: say so, and how to avoid it
+            return "failed", killed
         if code is None:  # not our child: judge by the run folder
             summary = summary_since(folder, record.started_at)
             if summary is not None and summary.get("interrupted"):
