@@ -105,8 +105,6 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
-    if main:  # only now: a user error before this point leaves nothing on disk
-        resume.note_killed_start(folder)
     parallel.barrier()
 
     callbacks = build_callbacks(
@@ -118,16 +116,11 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
         profile_dir=folder.path if main else None,
     )
     trainer = Trainer(
-        task,
-        config,
-        run_dir=folder.path,
-        device=device,
-        callbacks=callbacks,
-        config_yaml=text,
-        config_hash=config_hash(config),
+        task, config, run_dir=folder.path, device=device, callbacks=callbacks,
+        config_yaml=text, config_hash=config_hash(config),
         peak_tflops=header.peak_tflops(config, platform, device),
         measured_peak_tflops=header.measured_peak_tflops(config, device),
-    )
+    )  # fmt: skip
     notes = [*resolved.notes, fit_line, *init_lines, trainer.schedule_note]
     header.print_start(resolved, platform, trainer, folder.path, notes)
     if main:

@@ -119,6 +119,7 @@ def prepare_folder(
     folder.resolved_config.write_text(config_text, encoding="utf-8")
     if config.hardware.swap_directory:
         Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
+    note_killed_start(folder)  # only now: a user error before this leaves nothing on disk
     return resume_step
 
 
