@@ -101,7 +101,7 @@ class ModelConfig(Section):
         description="hf: when model_name_or_path does not exist, create it as a randomly "
         "initialised model of this family with a tokenizer trained on data.train_file.",
     )
-    init_size: Literal["tiny", "small"] = Field(
+    init_size: Literal["tiny", "small", "g2p"] = Field(
         "tiny", description="hf: size preset for init_arch (see `trainforge models init`)."
     )
     patch_size: int = Field(4, ge=1, description="Side of a square image patch, in pixels.")
@@ -371,6 +371,13 @@ class EvaluationConfig(Section):
     )
     full_eval_on_fast_improvement: bool = Field(
         True, description="Run full validation whenever fast validation improves."
+    )
+    generation_samples: int | None = Field(
+        512,
+        ge=1,
+        description="causal-lm with task.eval_generation: validation prompts greedy-decoded "
+        "during training (a fixed, evenly spaced subset; None: all). The loss covers every "
+        "example; the end of the run and `trainforge evaluate` decode the whole splits.",
     )
 
 
