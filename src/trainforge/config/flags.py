@@ -184,7 +184,9 @@ def _one_flag(
         value, i = _take(argv, i, typed, inline)
         kind = leaf_types().get(fields[name])
         if kind == str | None and value.strip().lower() in NULL_WORDS:
-            _put(args, fields[name], None, typed)  # `--test_file null`: no such file
+            # `--test_file null`: no such file. A flag's None means "not given" when layers
+            # merge, so it travels as `--set data.test_file=null` does.
+            args.overrides.append(f"{fields[name]}=null")
         else:
             text_field = kind is str or kind == str | None
             _put(args, fields[name], value if text_field else _value(value), typed)
