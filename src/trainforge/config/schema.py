@@ -133,6 +133,11 @@ class DataConfig(Section):
     test_file: str | None = Field(
         None, description="text: test records, used by benchmarks and final reports only."
     )
+    header: bool | Literal["auto"] = Field(
+        "auto",
+        description="text: whether the first line of a .tsv/.csv file names its columns "
+        "(skipped); auto: when both its cells are column names such as word,phonemes.",
+    )
     max_seq_length: int = Field(
         512, ge=8, description="text: tokens per example; longer ones are truncated and counted."
     )
