@@ -214,7 +214,11 @@ class GracefulStop(Callback):
             self._stop(trainer)
 
     def on_fit_end(self, trainer: Trainer) -> None:
-        if not trainer.dist.enabled and self.received and not trainer.interrupted:
-            self._stop(trainer)  # the signal came during the closing validation
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        try:
+            late = self.received and trainer is not None and not trainer.interrupted
+            if late and not trainer.dist.enabled:
+                self._stop(trainer)  # the signal came during the closing validation
+        finally:
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
+            stop.clear()  # acted on: a later fit in this process starts without it

@@ -197,6 +197,7 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
         self._clock_start = time.monotonic()
+        stop.clear()  # a request left by an earlier fit in this process is not this run's
         if self.meter.steps == 0:
             # The first logging interval starts here, not when the trainer was built:
             # building the model and loading a checkpoint are not training time.
