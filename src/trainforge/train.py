@@ -101,7 +101,9 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     )
     config = resolved.config
     seed_everything(config.training.seed)
-    task = build(config, device)  # may raise UserError (missing data): nothing written yet
+    # May raise UserError (missing data): nothing written yet. The run's own output model
+    # may be replaced (`outputs.own_output_model`); the recorded config stays as given.
+    task = build(outputs.own_output_model(config, folder), device)
     init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
     resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)

@@ -283,6 +283,14 @@ CORPUS = [
     Case("csv-wrong-columns", text_case("t.csv", 'prompt,response\n"a, b",c\nd,e,f\n'),
          r"{tmp}/t\.csv:3: expected 2 columns prompt,response, got 3", "text"),
     Case("not-utf8", text_case("t.jsonl", BAD_UTF8), r"{tmp}/t\.jsonl:4: not UTF-8 text", "text"),
+    # a byte-order mark, a header line and mixed line endings are read; the line numbers of
+    # a later bad row stay those of the file
+    Case("csv-bom-header-then-bad-row",
+         text_case("t.csv", "\ufeffword,phonemes\r\ncat,K AE T\rdog\n"),
+         r"{tmp}/t\.csv:3: expected 2 columns prompt,response, got 1", "text"),
+    Case("tsv-bom-header-then-bad-line",
+         text_case("t.tsv", "\ufeffword\tphonemes\nhello\tHH AH L OW\r\nworld\n"),
+         r"{tmp}/t\.tsv:3: expected source<TAB>target, got 1 field\(s\)", "text"),
     Case("empty-file", text_case("t.jsonl", "\n  \n"), r"{tmp}/t\.jsonl is empty", "text"),
     Case("train-file-is-folder", _train_file_is_folder,
          r"data\.train_file = '{tmp}/records\.jsonl' is a folder, not a file", "text"),

@@ -99,7 +99,7 @@ def test_missing_or_foreign_folders_are_user_errors(tmp_path):
 
 
 def test_base_model_is_created_from_init_arch_when_missing(tmp_path, lm_corpus):
-    from trainforge.tasks.causal_lm import resolve_base_model
+    from trainforge.models.base_model import resolve_base_model
 
     target = tmp_path / "models" / "g2p-base"
     config = lm_config(target, lm_corpus["tsv"], **{"model.init_arch": "llama"})

@@ -86,7 +86,7 @@ def test_jetson_profile_trains_end_to_end(project, cli, monkeypatch, capsys):
     [
         (["--set", "model.model_name_or_path=models/none"], "not a Hugging Face model folder"),
         (["--output-name", "../escape", "--base-model", "models/x"], "plain folder name"),
-        ([], "pass --base-model models/NAME"),
+        ([], "pick a base model (--base-model models/NAME"),
         (["--output-name", "taken", "--base-model", "models/x"], "models/taken already exists"),
     ],
 )

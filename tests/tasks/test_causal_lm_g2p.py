@@ -160,8 +160,11 @@ def test_final_model_is_evaluated_on_the_test_split(tmp_path):
     assert task.test_metrics["per"] == pytest.approx(expected.per)
     assert task.test_metrics["wer"] == pytest.approx(expected.wer)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["split"] for r in records] == ["test"] and records[0]["step"] == 10
-    assert records[0]["per"] == pytest.approx(expected.per) and 0 < records[0]["loss"] < 20
+    # The closing validation (every word decoded), then the test split.
+    assert [r["split"] for r in records] == ["val", "test"]
+    assert [r["step"] for r in records] == [10, 10]
+    assert records[1]["per"] == pytest.approx(expected.per) and 0 < records[1]["loss"] < 20
+    assert records[0]["per"] == pytest.approx(task.validation_metrics["per"])
     summary = json.loads((out / "trainforge.json").read_text())
     assert summary["test_metrics"]["wer"] == pytest.approx(expected.wer)
     assert summary["metrics"] == {"loss": 1.0}  # validation metrics stay apart

@@ -225,3 +225,34 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         models.screenshot(path=str(shots / "6-models-refreshed.png"))
         browser.close()
     assert_screenshots(shots, started)
+
+
+def test_no_causal_lm_submit_without_a_base_model(server, jetson_project):
+    """The dialog refuses a causal-lm run with no base model before anything is sent, beside
+    the field; the base-model field is hidden for an image task."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(30_000)
+        posts: list[str] = []
+        page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+        page.goto(f"{server}/runs")
+        page.get_by_role("button", name="Train Model").click()
+        expect(page.locator("#train-dialog")).to_be_visible()
+        expect(page.locator("#f-config")).to_have_value("config/jetson_training.json")
+        page.locator("#f-profile").select_option("cpu")
+        expect(page.locator("#f-task")).to_have_value("causal-lm")
+        expect(page.locator("#base-model-field")).to_be_visible()
+        page.locator("#f-base_model").select_option("")
+        page.locator("#f-output_name").fill("no-base")
+        page.get_by_role("button", name="Start Training").click()
+        error = page.locator('.error[data-for="base_model"]')
+        expect(error).to_contain_text("pick one in Base model")
+        assert posts == [], posts  # refused before submit
+        expect(page).to_have_url(f"{server}/runs")
+        page.locator("#f-task").select_option("image-classification")
+        expect(page.locator("#base-model-field")).to_be_hidden()
+        browser.close()
+    assert not (jetson_project / "runs" / "no-base").exists()

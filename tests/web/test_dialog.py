@@ -174,3 +174,27 @@ def test_batch_size_auto_passes_the_validator_and_reaches_the_command_line(proje
         assert "batch_size" in err.errors
     else:
         raise AssertionError("batch size 'most' was accepted")
+
+
+def test_causal_lm_without_a_base_model_is_refused_beside_its_field(make_client):
+    """The run would fail at once: the API refuses it (422, field base_model) in the web
+    app's words, and starts nothing."""
+    client = make_client(fixture=JETSON)
+    form = run_form(
+        config="config/jetson_training.json",
+        task="causal-lm",
+        dataset="example_datasets/jetson_training.json",
+        base_model=None,
+        profile="cpu",
+        overrides=[],
+        output_name="no-base",
+    )
+    response = client.post("/api/runs", json=form)
+    assert response.status_code == 422
+    body = response.json()
+    assert list(body["errors"]) == ["base_model"]
+    (message,) = body["errors"]["base_model"]
+    assert "pick one in Base model (the Models page lists them)" in message
+    assert "--" not in message  # no command-line flag in the web app
+    assert body["detail"][0]["loc"] == ["body", "base_model"]
+    assert client.get("/api/runs").json() == []

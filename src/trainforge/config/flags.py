@@ -57,6 +57,8 @@ BOOL_WORDS = {
     "true": True, "yes": True, "on": True, "1": True,
     "false": False, "no": False, "off": False, "0": False,
 }  # fmt: skip
+# What an optional text flag's value may be to mean "none" (`--test_file null`), as in YAML.
+NULL_WORDS = ("null", "none", "~")
 # --report_to names trackers: every registered logger but the run's own metrics.jsonl, which
 # a run always keeps (the web app and the report read it).
 KEPT_LOGGERS = ("jsonl",)
@@ -180,8 +182,14 @@ def _one_flag(
         _put(args, path, value, typed)
     elif name in fields:
         value, i = _take(argv, i, typed, inline)
-        text_field = leaf_types().get(fields[name]) in (str, str | None)
-        _put(args, fields[name], value if text_field else _value(value), typed)
+        kind = leaf_types().get(fields[name])
+        if kind == str | None and value.strip().lower() in NULL_WORDS:
+            # `--test_file null`: no such file. A flag's None means "not given" when layers
+            # merge, so it travels as `--set data.test_file=null` does.
+            args.overrides.append(f"{fields[name]}=null")
+        else:
+            text_field = kind is str or kind == str | None
+            _put(args, fields[name], value if text_field else _value(value), typed)
     else:
         close = difflib.get_close_matches(name, [*fields, *SPECIAL], n=1, cutoff=0.6)
         raise UserError(

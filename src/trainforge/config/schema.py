@@ -101,7 +101,7 @@ class ModelConfig(Section):
         description="hf: when model_name_or_path does not exist, create it as a randomly "
         "initialised model of this family with a tokenizer trained on data.train_file.",
     )
-    init_size: Literal["tiny", "small"] = Field(
+    init_size: Literal["tiny", "small", "g2p"] = Field(
         "tiny", description="hf: size preset for init_arch (see `trainforge models init`)."
     )
     patch_size: int = Field(4, ge=1, description="Side of a square image patch, in pixels.")
@@ -145,6 +145,11 @@ class DataConfig(Section):
     )
     test_file: str | None = Field(
         None, description="text: test records, used by benchmarks and final reports only."
+    )
+    header: bool | Literal["auto"] = Field(
+        "auto",
+        description="text: whether the first line of a .tsv/.csv file names its columns "
+        "(skipped); auto: when both its cells are column names such as word,phonemes.",
     )
     max_seq_length: int = Field(
         512, ge=8, description="text: tokens per example; longer ones are truncated and counted."
@@ -389,6 +394,13 @@ class EvaluationConfig(Section):
     )
     full_eval_on_fast_improvement: bool = Field(
         True, description="Run full validation whenever fast validation improves."
+    )
+    generation_samples: int | None = Field(
+        512,
+        ge=1,
+        description="causal-lm with task.eval_generation: validation prompts greedy-decoded "
+        "during training (a fixed, evenly spaced subset; None: all). The loss covers every "
+        "example; the end of the run decodes the whole splits.",
     )
 
 

@@ -10,6 +10,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
+from trainforge.engine import stop
 
 if TYPE_CHECKING:
     from trainforge.engine.trainer import Trainer
@@ -32,7 +33,12 @@ class Callback:
 class EvalCadence(Callback):
     """Full validation every `eval_steps` steps and every `eval_every_epochs` epochs; fast
     validation on a fixed subset every `fast_steps` steps, followed by a full validation
-    when it improves (`full_on_improvement`)."""
+    when it improves (`full_on_improvement`).
+
+    A run whose epochs (times `eval_every_epochs`) are shorter than `eval_steps` validates
+    by step only, and once more at its end (unless the task's `validates_at_end` says its
+    final model evaluation does that): ten one-step epochs on a two-line file would
+    otherwise validate ten times."""
 
     def __init__(
         self,
@@ -45,6 +51,17 @@ class EvalCadence(Callback):
         self.every_epochs = every_epochs
         self.fast_steps = fast_steps
         self.full_on_improvement = full_on_improvement
+        self.last_step: int | None = None  # the step of the last validation
+
+    def by_epoch(self, steps_per_epoch: int) -> bool:
+        """Whether epochs set the validation cadence (see the class docstring)."""
+        if not self.every_epochs:
+            return False
+        return not (self.every_steps and steps_per_epoch * self.every_epochs < self.every_steps)
+
+    def _evaluate(self, trainer: Trainer) -> None:
+        trainer.evaluate()
+        self.last_step = trainer.state.global_step
 
     def on_step_end(self, trainer: Trainer) -> None:
         full_due = trainer.step_due(self.every_steps)
@@ -52,12 +69,23 @@ class EvalCadence(Callback):
             _, improved = trainer.evaluate_fast()
             full_due = improved and self.full_on_improvement
         if full_due:
-            trainer.evaluate()
+            self._evaluate(trainer)
 
     def on_epoch_end(self, trainer: Trainer) -> None:
+        if not self.by_epoch(trainer.steps_per_epoch):
+            return
         epoch = trainer.state.epoch
-        if self.every_epochs and (epoch % self.every_epochs == 0 or trainer.all_steps_done()):
-            trainer.evaluate()
+        if epoch % self.every_epochs == 0 or trainer.all_steps_done():
+            self._evaluate(trainer)
+
+    def on_fit_end(self, trainer: Trainer) -> None:
+        if self.by_epoch(trainer.steps_per_epoch) or not self.every_steps:
+            return
+        if trainer.should_stop or getattr(trainer.task, "validates_at_end", False):
+            return  # a stopped run validates when it resumes; such a task does it itself
+        step = trainer.state.global_step
+        if step and self.last_step != step and trainer.all_steps_done():
+            self._evaluate(trainer)
 
 
 class CheckpointCadence(Callback):
@@ -74,8 +102,11 @@ class CheckpointCadence(Callback):
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         epoch = trainer.state.epoch
-        if self.every_epochs and epoch % self.every_epochs == 0:
-            trainer.save_checkpoint(f"checkpoint_epoch_{epoch}")
+        if not self.every_epochs or epoch % self.every_epochs:
+            return
+        if self.save_steps and trainer.steps_per_epoch * self.every_epochs < self.save_steps:
+            return  # epochs shorter than save_steps: checkpoints go by step (as validation)
+        trainer.save_checkpoint(f"checkpoint_epoch_{epoch}")
 
     def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
         if self.save_best and trainer.state.improved:
@@ -134,6 +165,7 @@ class GracefulStop(Callback):
 
     def _handler(self, signum: int, _frame: Any) -> None:
         self.received = signal.Signals(signum).name
+        stop.request(self.received)  # a validation or generation pass ends at its next poll
         signal.signal(signum, self._second(signum))
 
     def _second(self, signum: int) -> Any:
@@ -144,6 +176,7 @@ class GracefulStop(Callback):
         return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
 
     def on_fit_start(self, trainer: Trainer) -> None:
+        stop.clear()
         for name in self.SIGNALS:
             sig = getattr(signal, name, None)
             if sig is not None:
@@ -164,6 +197,10 @@ class GracefulStop(Callback):
         if self.received and not trainer.should_stop:
             self._stop(trainer)
 
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        # A signal during the epoch's validation: stop before the next epoch starts.
+        self.on_batch_end(trainer)
+
     def on_step_end(self, trainer: Trainer) -> None:
         if not trainer.dist.enabled or trainer.should_stop:
             return
@@ -177,5 +214,11 @@ class GracefulStop(Callback):
             self._stop(trainer)
 
     def on_fit_end(self, trainer: Trainer) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        try:
+            late = self.received and trainer is not None and not trainer.interrupted
+            if late and not trainer.dist.enabled:
+                self._stop(trainer)  # the signal came during the closing validation
+        finally:
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
+            stop.clear()  # acted on: a later fit in this process starts without it

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainforge.engine import stop
 from trainforge.engine.state import BestValues
 
 
@@ -38,11 +39,13 @@ def evaluate_batches(
     device: torch.device,
     precision: Any = None,
     module: nn.Module | None = None,
+    stoppable: bool = False,
 ) -> tuple[float, int, dict[str, float]]:
     """(loss summed over items, items, metric sums) of `task.step(model, ...)` over loader
     batches, under `precision`'s autocast (fp32 without one). `module` (default `model`;
     the unwrapped model when `model` is a DDP or compiled wrapper) is in evaluation mode
-    during the pass and goes back to the mode it was in."""
+    during the pass and goes back to the mode it was in. `stoppable`: a stop request
+    (`engine.stop`) ends the pass between batches with `StopRequested`."""
     module = module if module is not None else model
     was_training = module.training
     module.eval()
@@ -50,6 +53,8 @@ def evaluate_batches(
     weight, sums = 0, {}
     try:
         for raw in batches:
+            if stoppable:
+                stop.check()
             batch = task.to_device(raw, device, False)
             with precision.autocast() if precision is not None else contextlib.nullcontext():
                 out = task.step(model, batch)

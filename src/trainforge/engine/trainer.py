@@ -30,6 +30,7 @@ import torch
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import stop
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.checkpointer import Checkpointer
 from trainforge.engine.evaluate import BestTracker, evaluate_batches, fixed_subset_loader
@@ -197,6 +198,7 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
         self._clock_start = time.monotonic()
+        stop.clear()  # a request left by an earlier fit in this process is not this run's
         if self.meter.steps == 0:
             # The first logging interval starts here, not when the trainer was built:
             # building the model and loading a checkpoint are not training time.
@@ -374,7 +376,7 @@ class Trainer:
         started = time.perf_counter()
         loss_sum, weight, sums = evaluate_batches(
             self.task, self.forward_model, loader, device=self.device,
-            precision=self.precision, module=self.model,
+            precision=self.precision, module=self.model, stoppable=not self.dist.enabled,
         )  # fmt: skip
         (loss_sum, weight), sums = sum_over_ranks([loss_sum, weight], sums)  # ranks' shards
         metrics = self.task.metrics(loss_sum, int(weight), sums)
@@ -382,8 +384,12 @@ class Trainer:
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        """Full validation; tracks the best metric and emits `on_eval_end`."""
-        metrics = self._run_eval(self.task.val_loader)
+        """Full validation; tracks the best metric and emits `on_eval_end`. A stop request
+        during the pass leaves it ({} and no event): the graceful stop saves the step."""
+        try:
+            metrics = self._run_eval(self.task.val_loader)
+        except stop.StopRequested:
+            return {}
         self.best.full(metrics, self.state.global_step, self.state.epoch)
         self.last_val = metrics
         self.emit("on_eval_end", metrics)
@@ -398,7 +404,10 @@ class Trainer:
             self._fast_val_loader = fixed_subset_loader(
                 self.task.val_loader, self.config.evaluation.fast_eval_fraction
             )
-        metrics = self._run_eval(self._fast_val_loader)
+        try:
+            metrics = self._run_eval(self._fast_val_loader)
+        except stop.StopRequested:
+            return {}, False
         improved = self.best.fast(metrics)
         self.emit("on_fast_eval_end", metrics)
         return metrics, improved

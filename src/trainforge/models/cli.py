@@ -52,7 +52,10 @@ def init_command(
         ),
     ],
     arch: Annotated[str, typer.Option("--arch", help="gpt2 or llama.")] = "gpt2",
-    size: Annotated[str, typer.Option("--size", help="tiny (tests) or small (demos).")] = "tiny",
+    size: Annotated[
+        str,
+        typer.Option("--size", help="tiny (tests), small (demos) or g2p (word-to-phoneme pairs)."),
+    ] = "tiny",
     vocab_size: Annotated[
         int | None, typer.Option("--vocab-size", help="Tokenizer vocabulary (default by size).")
     ] = None,

@@ -40,6 +40,7 @@ def print_start(
         + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
     )
     print(recipe_line(resolved))
+    print(validation_line(c, trainer))
     if world > 1:
         mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
         print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
@@ -47,6 +48,32 @@ def print_start(
     for line in notes:
         if line:
             print(line)
+
+
+def validation_line(config: RunConfig, trainer: Any) -> str:
+    """When validation runs and, for a task that decodes, how many prompts it decodes."""
+    from trainforge.engine.callbacks import EvalCadence
+
+    e = config.evaluation
+    cadence = EvalCadence(e.eval_steps, e.eval_every_epochs)
+    if cadence.by_epoch(trainer.steps_per_epoch):
+        when = f"every {e.eval_every_epochs} epoch(s)"
+        when += f" and every {e.eval_steps} steps" if e.eval_steps else ""
+    elif e.eval_steps:
+        when = f"every {e.eval_steps} steps and at the end"
+        if e.eval_every_epochs:
+            when += f" (by step: an epoch is {trainer.steps_per_epoch} step(s))"
+    else:
+        when = "off"
+    line = f"validation: {when}"
+    dataset = getattr(getattr(trainer.task, "val_loader", None), "dataset", None)
+    decoded = getattr(dataset, "num_generated", 0)
+    if decoded:
+        line += (
+            f"; greedy-decodes {decoded} of {len(dataset)} prompts "
+            "(evaluation.generation_samples), all of them at the end"
+        )
+    return line
 
 
 def warn_space(folder: RunFolder, config: RunConfig, trainer: Any) -> None:

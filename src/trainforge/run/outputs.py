@@ -183,6 +183,26 @@ def write_report(run_dir: Path) -> None:
     print(f"report: {path}")
 
 
+def own_output_model(config: Any, folder: RunFolder) -> Any:
+    """`config` with its output model allowed to be replaced when this run wrote it.
+
+    A run's output model (`output.models_dir/output.model_name`) is part of the run: the
+    model's trainforge.json names the run folder that wrote it, so extending that run
+    (`--resume runs/NAME --max_steps N`) updates it without --overwrite, while a model
+    another run (or a user) wrote stays refused without --overwrite."""
+    out = config.output
+    if not out.model_name or out.overwrite:
+        return config
+    summary = Path(out.models_dir) / out.model_name / "trainforge.json"
+    try:
+        writer = json.loads(summary.read_text(encoding="utf-8")).get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        return config
+    if not writer or Path(writer).resolve() != folder.path.resolve():
+        return config
+    return config.model_copy(update={"output": out.model_copy(update={"overwrite": True})})
+
+
 def save_final_model(trainer: Any, run_dir: Path, weights: dict | None = None) -> None:
     # A task that knows its own model format (a Hugging Face folder) saves itself.
     save_final = getattr(trainer.task, "save_final", None)

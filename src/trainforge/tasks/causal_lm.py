@@ -33,11 +33,13 @@ from torch import Tensor, nn
 
 from trainforge.config.schema import RunConfig
 from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token_id
+from trainforge.engine import stop
 from trainforge.engine.evaluate import evaluate_batches
 from trainforge.engine.precision import PrecisionPlan
 from trainforge.engine.task import StepOutput
 from trainforge.errors import UserError
 from trainforge.models import hf
+from trainforge.models.base_model import resolve_base_model
 from trainforge.tasks.sequence_metrics import error_counts
 
 
@@ -54,8 +56,10 @@ class CausalLM:
     output_path: Path | None = None
     data_stats: dict[str, EncodeStats] = field(default_factory=dict)
     test_metrics: dict[str, float] | None = None  # set by save_final when there is a test split
+    validation_metrics: dict[str, float] | None = None  # save_final: every prompt decoded
     name: str = "causal-lm"
     items_name: str = "tokens"
+    validates_at_end: bool = True  # save_final validates the whole split (`final_evaluation`)
 
     @classmethod
     def from_config(cls, config: RunConfig) -> CausalLM:
@@ -76,6 +80,7 @@ class CausalLM:
             seed=t.seed,
             with_prompts=config.task.eval_generation,
             accumulation=t.gradient_accumulation_steps,
+            generation_samples=config.evaluation.generation_samples,
         )
         model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
         _check_positions(model, config.data.max_seq_length)
@@ -137,16 +142,37 @@ class CausalLM:
         return out
 
     # ---------------------------------------------------------- generation
-    def generate(self, model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor) -> list[str]:
-        """Greedy continuation of left-padded prompts, decoded without special tokens."""
+    def generate(
+        self,
+        model: nn.Module,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        max_target_tokens: int | None = None,
+    ) -> list[str]:
+        """Greedy continuation of left-padded prompts, decoded without special tokens: one
+        batch, the model's KV cache, each row stopping at its end token.
+
+        With `max_target_tokens` (the longest reference of the batch), generation stops at
+        1.5 times that plus 4 tokens when `task.max_new_tokens` is longer: a row still going
+        by then is wrong (wer), and per counts its extra units up to there. An untrained
+        model that never ends its rows costs that many steps, not max_new_tokens. A stop
+        request (`engine.stop`) ends generation at the next token.
+        """
+        from transformers import StoppingCriteriaList
+
+        limit = self.config.task.max_new_tokens
+        if max_target_tokens:
+            limit = min(limit, max_target_tokens + max(4, max_target_tokens // 2))
+        criteria = [] if torch.distributed.is_initialized() else [stop.GenerationStop()]
         generated = model.generate(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
-            max_new_tokens=self.config.task.max_new_tokens,
+            max_new_tokens=limit,
             do_sample=False,
             use_cache=True,
             pad_token_id=pad_token_id(self.tokenizer),
             eos_token_id=self.tokenizer.eos_token_id,
+            stopping_criteria=StoppingCriteriaList(criteria),
         )
         new_tokens = generated[:, prompt_ids.shape[1] :]
         return [
@@ -154,7 +180,9 @@ class CausalLM:
         ]
 
     def _generation_sums(self, model: nn.Module, batch: dict[str, Any]) -> dict[str, Tensor]:
-        hyps = self.generate(model, batch["prompt_ids"], batch["prompt_mask"])
+        hyps = self.generate(
+            model, batch["prompt_ids"], batch["prompt_mask"], batch.get("max_target_tokens")
+        )
         counts = error_counts(hyps, batch["references"])
         return {
             "unit_errors": torch.tensor(float(counts.unit_errors)),
@@ -163,35 +191,70 @@ class CausalLM:
             "sequences": torch.tensor(float(counts.sequences)),
         }
 
-    # ------------------------------------------------------------- test split
+    # ------------------------------------------------------- final evaluation
     @torch.no_grad()
-    def evaluate_test(self, model: nn.Module) -> dict[str, float] | None:
-        """Metrics of `model` on the whole test split (None without one), as validation
-        computes them: with `task.eval_generation`, greedy `per`/`wer` too.
+    def evaluate_dataset(self, model: nn.Module, dataset: Any) -> dict[str, float]:
+        """Metrics of `model` on a whole `TokenDataset`, as validation computes them (with
+        `task.eval_generation`, greedy per/wer over the rows it decodes). A stop request
+        ends the pass with `engine.stop.StopRequested`.
 
-        Reads the data set in order rather than through the loader: under torch.distributed
-        the loader holds one rank's shard, and only rank 0 writes the final model.
+        Reads the data set in order rather than through a loader: under torch.distributed
+        a loader holds one rank's shard, and only rank 0 writes the final model.
         """
-        if self.test_loader is None:
-            return None
-        dataset = self.test_loader.dataset
         device = next(model.parameters()).device
         precision = PrecisionPlan.create(self.config.training.precision, device)
         size = self.config.evaluation.per_device_eval_batch_size
+        # Rows of similar length share a batch: less padding to run the model over (the
+        # metrics are sums, so the order does not change them).
+        order = sorted(range(len(dataset)), key=lambda i: len(dataset.examples[i].input_ids))
         batches = (
-            dataset.__getitems__(list(range(start, min(start + size, len(dataset)))))
+            dataset.__getitems__(order[start : start + size])
             for start in range(0, len(dataset), size)
         )
         loss_sum, weight, sums = evaluate_batches(
-            self, model, batches, device=device, precision=precision
-        )
+            self, model, batches, device=device, precision=precision,
+            stoppable=not torch.distributed.is_initialized(),
+        )  # fmt: skip
         return self.metrics(loss_sum, weight, sums)
 
-    def _log_test(self, run_dir: Path, metrics: dict[str, float], global_step: int) -> None:
-        """One `test` record in metrics.jsonl, after the loop's own records (its loggers are
-        closed by then, so this appends through a fresh JSONL logger)."""
+    def evaluate_test(self, model: nn.Module) -> dict[str, float] | None:
+        """Metrics on the whole test split (None without one), every prompt decoded."""
+        if self.test_loader is None:
+            return None
+        return self.evaluate_dataset(model, self.test_loader.dataset)
+
+    def final_evaluation(self, run_dir: Path, model: nn.Module, global_step: int) -> None:
+        """The end of a run: the closing validation, every prompt decoded (training decodes
+        `evaluation.generation_samples` of them), as a `val` record, then the test
+        split as a `test` record. A signal ends it at the next batch or token; the model
+        is saved all the same."""
+        val = self.val_loader.dataset
+        passes = [("test", self.test_loader.dataset if self.test_loader is not None else None)]
+        passes.insert(0, ("val", val.all_generated()))
+        with stop.watch():
+            try:
+                for split, dataset in passes:
+                    if dataset is None:
+                        continue
+                    metrics = self.evaluate_dataset(model, dataset)
+                    self._log_final(run_dir, split, len(dataset), metrics, global_step)
+                    if split == "test":
+                        self.test_metrics = metrics
+                    else:
+                        self.validation_metrics = metrics
+            except stop.StopRequested as request:
+                print(f"{request}: final evaluation stopped; the model is saved")
+            finally:
+                stop.clear()
+
+    def _log_final(
+        self, run_dir: Path, split: str, count: int, metrics: dict[str, float], step: int
+    ) -> None:
+        """One line and one metrics.jsonl record after the loop's own records (its loggers
+        are closed by then, so this appends through a fresh JSONL logger)."""
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        print(f"test ({len(self.test_loader.dataset)} examples): {shown}")
+        name = "validation" if split == "val" else split
+        print(f"{name} ({count} examples): {shown}")
         if not self.config.logging.jsonl:
             return
         from trainforge.observe.loggers import JsonlLogger
@@ -201,7 +264,7 @@ class CausalLM:
         steps_per_epoch = max(1, math.ceil(len(self.train_loader) / accumulation))
         logger = JsonlLogger(run_dir / "metrics.jsonl")
         try:
-            logger.log("test", metrics, global_step, round(global_step / steps_per_epoch, 4))
+            logger.log(split, metrics, step, round(step / steps_per_epoch, 4))
         finally:
             logger.close()
 
@@ -217,10 +280,9 @@ class CausalLM:
     ) -> Path:
         """Evaluate the test split, then write the Hugging Face folder(s) of the trained
         model; return the output folder."""
-        self.test_metrics = self.evaluate_test(model)
-        if self.test_metrics is not None:
-            self._log_test(run_dir, self.test_metrics, global_step)
+        self.final_evaluation(run_dir, model, global_step)
         summary = self.summary(metrics, config_hash, global_step)
+        summary["run_dir"] = str(run_dir.resolve())  # the run that owns the output model
         model.config.use_cache = True  # inference default; training turned it off
         if hf.is_peft(model):
             adapter = run_dir / "adapter"
@@ -264,37 +326,9 @@ class CausalLM:
             "global_step": global_step,
             "metrics": metrics,
             "test_metrics": self.test_metrics,
+            "validation_metrics": self.validation_metrics,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         }
-
-
-def resolve_base_model(config: RunConfig) -> Path:
-    """The base model folder; created by `models init` when init_arch says so."""
-    m = config.model
-    base = hf.init_from_folders(m.init_from, config.lora.enabled)[0] if m.init_from else None
-    if base is not None:  # another run's output model is a base model
-        print(f"init_from {m.init_from}: base model {base}")
-        return hf.check_model_dir(base)
-    if not m.model_name_or_path:
-        raise UserError(
-            "model.model_name_or_path is not set: causal-lm needs a base model",
-            "pass --base-model models/NAME (or set model.model_name_or_path)",
-        )
-    path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
-    if not (path / "config.json").is_file() and m.init_arch:
-        from trainforge.models.hf_init import init_model
-
-        print(f"creating base model {path}: random {m.init_arch} {m.init_size}, tokenizer "
-              f"trained on {config.data.train_file}")  # fmt: skip
-        init_model(
-            path.name,
-            arch=m.init_arch,
-            size=m.init_size,
-            corpus=[Path(config.data.train_file or "")],
-            seed=config.training.seed,
-            dest=path,
-        )
-    return hf.check_model_dir(path)
 
 
 def _check_positions(model: nn.Module, max_seq_length: int) -> None:

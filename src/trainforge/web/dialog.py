@@ -303,7 +303,31 @@ def validate_form(
         )
     except UserError as err:
         raise FormErrors(place_errors(_lines(err), form.overrides, str(path))) from None
+    problem = _base_model_problem(settings, resolved.config)
+    if problem:
+        raise FormErrors({"base_model": [problem]})
     return resolved, argv
+
+
+# In the web app's words: the dialog's field and page, never a command-line flag.
+NO_BASE_MODEL = (
+    "a causal-lm run fine-tunes a base model: pick one in Base model (the Models page lists them)"
+)
+
+
+def _base_model_problem(settings: WebSettings, config: Any) -> str | None:
+    """Why a causal-lm run could not start for want of its base model, or None. A config
+    that creates its base model on first use (`model.init_arch`) needs none yet."""
+    if config.task.kind != "causal-lm":
+        return None
+    name = config.model.model_name_or_path
+    if not name:
+        return NO_BASE_MODEL
+    path = Path(name) if len(PurePosixPath(name).parts) > 1 else Path(settings.models_dir) / name
+    folder = path if path.is_absolute() else settings.root / path
+    if config.model.init_arch or (folder / "config.json").is_file():
+        return None
+    return f"{name} is not a model folder: " + NO_BASE_MODEL.split(": ", 1)[1]
 
 
 def _lines(err: UserError) -> list[str]:

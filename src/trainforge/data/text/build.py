@@ -22,10 +22,34 @@ from trainforge.data.validate import validate_text_data
 
 
 class TokenDataset(Dataset):
-    def __init__(self, examples: list[Example], pad_id: int, with_prompts: bool = False) -> None:
+    """Examples padded batch by batch. With prompts, the rows of `generate_rows` (None:
+    every row) also carry their generation prompt: validation during training decodes a
+    fixed subset (`evaluation.generation_samples`), the final evaluation every row."""
+
+    def __init__(
+        self,
+        examples: list[Example],
+        pad_id: int,
+        with_prompts: bool = False,
+        generation_samples: int | None = None,
+    ) -> None:
         self.examples = examples
         self.pad_id = int(pad_id)
         self.with_prompts = with_prompts
+        self.generate_rows: frozenset[int] | None = None
+        if with_prompts and generation_samples is not None and generation_samples < len(examples):
+            self.generate_rows = frozenset(evenly_spaced(len(examples), generation_samples))
+
+    @property
+    def num_generated(self) -> int:
+        """Rows decoded per pass (0 without prompts)."""
+        if not self.with_prompts:
+            return 0
+        return len(self.examples) if self.generate_rows is None else len(self.generate_rows)
+
+    def all_generated(self) -> TokenDataset:
+        """The same examples with every row decoded (the final and `evaluate` passes)."""
+        return TokenDataset(self.examples, self.pad_id, with_prompts=self.with_prompts)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -52,7 +76,11 @@ class TokenDataset(Dataset):
             "num_targets": int((labels[:, 1:] != IGNORE).sum()),
         }
         if self.with_prompts:
-            batch.update(self._prompts(rows))
+            chosen = self.generate_rows
+            pairs = zip(indices, rows, strict=True)
+            decoded = [r for i, r in pairs if chosen is None or i in chosen]
+            if decoded:
+                batch.update(self._prompts(decoded))
         return batch
 
     def _prompts(self, rows: list[Example]) -> dict[str, Any]:
@@ -68,7 +96,17 @@ class TokenDataset(Dataset):
             "prompt_ids": prompt_ids,
             "prompt_mask": prompt_mask,
             "references": [r.reference for r in rows],
+            # Response tokens (with the end token) of the longest reference: a bound for
+            # generation, which need not go on far past it (`tasks.causal_lm`).
+            "max_target_tokens": max(len(r.input_ids) - r.prompt_len for r in rows),
         }
+
+
+def evenly_spaced(total: int, count: int) -> list[int]:
+    """`count` indices spread evenly over range(total), the same every time."""
+    if count >= total:
+        return list(range(total))
+    return sorted({round(i * (total - 1) / max(1, count - 1)) for i in range(count)})
 
 
 @dataclass
@@ -95,8 +133,11 @@ def build_text_data(
     seed: int,
     with_prompts: bool = False,
     accumulation: int = 1,
+    generation_samples: int | None = None,
 ) -> TextData:
-    """Read, split, tokenize and wrap the text files of the data section."""
+    """Read, split, tokenize and wrap the text files of the data section. With prompts,
+    validation decodes `generation_samples` evenly spaced rows (None: all); the test split,
+    read only at the end, decodes all."""
     splits = validate_text_data(cfg)
     encoder = Encoder(
         tokenizer,
@@ -114,7 +155,10 @@ def build_text_data(
             examples = pack(examples, cfg.max_seq_length)
             print(f"train: packed into {len(examples)} rows of <= {cfg.max_seq_length} tokens")
         datasets[name] = TokenDataset(
-            examples, pad_id, with_prompts=name != "train" and with_prompts
+            examples,
+            pad_id,
+            with_prompts=name != "train" and with_prompts,
+            generation_samples=generation_samples if name == "val" else None,
         )
     common = {"cfg": cfg, "seed": seed, "batched_fetch": True}
     loaders = {

@@ -8,9 +8,11 @@ Owns `TextRecord` and `read_records`. Accepted shapes (per record, so one file m
 A JSON file holds a list of records (or {"records": [...]}); a JSONL file one record per
 line; a TSV file `source<TAB>target` per line (the DGX Spark G2P plan), blank lines and
 lines starting with `#` skipped; a CSV file two columns `prompt,response` per row (quoted as
-the `csv` module reads RFC 4180), a first row naming the columns (e.g. `prompt,response`,
-`source,target`) skipped. The file-level checks (a file, not empty, UTF-8) are
-`trainforge.data.validate`'s. Every problem names the file, the line or record, and the fix.
+the `csv` module reads RFC 4180). A first TSV/CSV line naming the columns (`word,phonemes`,
+`prompt,response`, ...) is a header and skipped, or as `data.header` declares. Any line
+ending (LF, CRLF, CR, mixed) and a UTF-8 byte-order mark are read. The file-level checks
+(a file, not empty, UTF-8) are `trainforge.data.validate`'s. Every problem names the file,
+the line or record, and the fix.
 
 `datasets.load_dataset("json")` was considered; it caches Arrow files under the user's home
 and reports malformed records without their position, which plain `json` does better here.
@@ -54,61 +56,83 @@ class TextRecord:
         return [t for t in (self.system, self.prompt, self.response) if t]
 
 
-def read_records(path: str | Path, field: str = "data.train_file") -> list[TextRecord]:
-    """Every record of a .json, .jsonl, .tsv or .csv file; `field` names it in errors."""
+def read_records(
+    path: str | Path, field: str = "data.train_file", header: bool | str = "auto"
+) -> list[TextRecord]:
+    """Every record of a .json, .jsonl, .tsv or .csv file; `field` names it in errors.
+    `header` (`data.header`): whether the first line of a TSV or CSV file names the
+    columns; auto when both its cells are column names (`HEADER_WORDS`). A skipped
+    header is said in one line."""
     from trainforge.data.validate import validate_text_file
 
-    text = validate_text_file(path, field)
+    text = validate_text_file(path, field)  # read as utf-8-sig: a byte-order mark is dropped
     path = Path(path).expanduser()
-    readers = {".tsv": _read_tsv, ".csv": _read_csv, ".jsonl": _read_jsonl, ".json": _read_json}
-    records = readers[path.suffix.lower()](path, text)
+    suffix = path.suffix.lower()
+    if suffix in (".tsv", ".csv"):
+        records = _read_table(path, text, suffix, header)
+    else:
+        records = {".jsonl": _read_jsonl, ".json": _read_json}[suffix](path, text)
     if not records:
         raise UserError(f"{path}: no records found", "add prompt/response records or lines")
     return records
 
 
-# A first CSV row that names the columns instead of holding a record.
-CSV_HEADERS = {("prompt", "response"), ("prompt", "completion"), ("source", "target")}
-CSV_HEADERS |= {("input", "output"), ("instruction", "output")}
+# Words that name a column: a first TSV/CSV line made of two of them is a header.
+HEADER_WORDS = {"prompt", "response", "completion", "source", "target", "input", "output"}
+HEADER_WORDS |= {"instruction", "word", "words", "phoneme", "phonemes", "grapheme"}
+HEADER_WORDS |= {"graphemes", "pronunciation", "ipa", "text", "label", "question", "answer"}
+HEADER_WORDS |= {"spelling", "transcription", "translation", "english", "query"}
 
 
-def _read_csv(path: Path, text: str) -> list[TextRecord]:
+def is_header(cells: list[str]) -> bool:
+    return len(cells) == 2 and all(c.strip().lower() in HEADER_WORDS for c in cells)
+
+
+def _read_table(path: Path, text: str, suffix: str, header: bool | str) -> list[TextRecord]:
+    """A TSV or CSV file, its first line skipped when it is (or is declared) a header."""
+    rows = _csv_rows(path, text) if suffix == ".csv" else _tsv_rows(text)
+    if rows and (header is True or (header == "auto" and is_header(rows[0][1]))):
+        number, cells = rows.pop(0)
+        print(
+            f"{path}: line {number} ({', '.join(c.strip() for c in cells)}) is a header, not "
+            f"a record (data.header: {str(header).lower()})"
+        )
+    return [_pair(path, number, cells, suffix) for number, cells in rows]
+
+
+def _pair(path: Path, number: int, cells: list[str], suffix: str) -> TextRecord:
+    if len(cells) != 2 or not cells[0].strip() or not cells[1].strip():
+        if suffix == ".csv":
+            raise UserError(
+                f"{path}:{number}: expected 2 columns prompt,response, got {len(cells)}",
+                "write one pair per row; quote a field that holds a comma",
+            )
+        raise UserError(
+            f"{path}:{number}: expected source<TAB>target, got {len(cells)} field(s)",
+            "write one pair per line separated by a single tab",
+        )
+    return TextRecord(f"{path}:{number}", prompt=cells[0].strip(), response=cells[1].strip())
+
+
+def _tsv_rows(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of every line but blank ones and `#` comments; any line ending
+    (LF, CRLF, CR, mixed in one file) ends a line."""
+    return [
+        (number, line.split("\t"))
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def _csv_rows(path: Path, text: str) -> list[tuple[int, list[str]]]:
     out = []
     reader = csv.reader(text.splitlines(keepends=True))
     try:
         for row in reader:
-            number = reader.line_num
-            if not any(cell.strip() for cell in row):
-                continue
-            if not out and tuple(c.strip().lower() for c in row) in CSV_HEADERS:
-                continue
-            if len(row) != 2 or not row[0].strip() or not row[1].strip():
-                raise UserError(
-                    f"{path}:{number}: expected 2 columns prompt,response, got {len(row)}",
-                    "write one pair per row; quote a field that holds a comma",
-                )
-            out.append(
-                TextRecord(f"{path}:{number}", prompt=row[0].strip(), response=row[1].strip())
-            )
+            if any(cell.strip() for cell in row):
+                out.append((reader.line_num, row))
     except csv.Error as err:
         raise UserError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
-    return out
-
-
-def _read_tsv(path: Path, text: str) -> list[TextRecord]:
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        parts = line.split("\t")
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise UserError(
-                f"{path}:{number}: expected source<TAB>target, got {len(parts)} field(s)",
-                "write one pair per line separated by a single tab",
-            )
-        out.append(
-            TextRecord(f"{path}:{number}", prompt=parts[0].strip(), response=parts[1].strip())
-        )
     return out
 
 

@@ -67,6 +67,8 @@ const TF = (() => {
     fillSelect($("f-profile"), choices.profiles, profile || values.profile);
     fillSelect($("f-task"), choices.tasks, values.task);
     fillSelect($("f-base_model"), choices.models, values.base_model, "(choose a model)");
+    // A config may name (or create on first use) its own base model; the field may stay empty.
+    $("f-base_model").dataset.configDefault = values.base_model || "";
     const list = $("image-datasets");
     list.replaceChildren(...choices.image_datasets.map((name) => new Option(name)));
     for (const name of ["dataset", "epochs", "learning_rate", "batch_size", "output_name"]) {
@@ -112,7 +114,15 @@ const TF = (() => {
     const button = $("train-start");
     button.disabled = true;
     try {
-      const { ok, status, data } = await api("POST", "/api/runs", formValues());
+      const body = formValues();
+      const base = $("f-base_model");
+      if (body.task === "causal-lm" && !body.base_model && !base.dataset.configDefault) {
+        showErrors({ base_model: [
+          "A causal-lm run fine-tunes a base model: pick one in Base model (the Models page lists them)."] });
+        base.focus();
+        return;
+      }
+      const { ok, status, data } = await api("POST", "/api/runs", body);
       if (ok) { location.href = `/runs/${encodeURIComponent(data.id)}`; return; }
       if (status === 422 && data && data.errors) showErrors(data.errors);
       else showErrors({ _form: [data && data.detail ? String(data.detail) : `error ${status}`] });

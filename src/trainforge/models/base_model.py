@@ -1,0 +1,119 @@
+"""The base model of a causal-LM run, and the tie between a model created on first use and
+the corpus its tokenizer was trained on.
+
+With `model.init_arch`, a missing `model.model_name_or_path` is created from
+`data.train_file` (`trainforge models init`'s code), and its trainforge.json records each
+corpus file's path, SHA-256 and size. A model's tokenizer fits only text like its corpus:
+a base model made from a two-line smoke-test file must never become the real run's. So a
+later run whose corpus differs (another hash) never reuses it: it uses a base model of its
+own, named with its corpus (`NAME-<corpus stem>-<hash prefix>`), created on first use as
+well, and says so in one line. A model that records no corpus (downloaded, or made by an
+older version) is used as it is.
+
+Library considered: `huggingface_hub`'s cache keys folders by repository and revision,
+not by the data a tokenizer was trained on; nothing there ties a model to a corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trainforge.errors import UserError
+from trainforge.models import hf
+
+HASH_PREFIX = 8  # characters of the corpus hash in a derived model name
+
+
+def corpus_fact(path: Path) -> dict[str, Any]:
+    """What identifies a corpus file: its path as given, SHA-256 and size in bytes."""
+    digest = hashlib.sha256()
+    with Path(path).expanduser().open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(path), "sha256": digest.hexdigest(), "size_bytes": path.stat().st_size}
+
+
+def made_from(folder: Path) -> list[dict[str, Any]] | None:
+    """The corpus files a model was made from (trainforge.json), or None when it records
+    none. An older record lists paths only: those compare by path."""
+    try:
+        summary = json.loads((folder / hf.SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("created_by") != "trainforge models init":
+        return None
+    if isinstance(summary.get("corpus_files"), list):
+        return summary["corpus_files"]
+    return [{"path": p} for p in summary.get("corpus") or []] or None
+
+
+def same_corpus(recorded: list[dict[str, Any]], fact: dict[str, Any]) -> bool:
+    if len(recorded) != 1:
+        return False
+    one = recorded[0]
+    if "sha256" in one:
+        return one["sha256"] == fact["sha256"] and one.get("size_bytes") == fact["size_bytes"]
+    return Path(one.get("path", "")) == Path(fact["path"])
+
+
+def corpus_model_path(path: Path, fact: dict[str, Any]) -> Path:
+    """The base model of its own for a corpus: NAME-<corpus stem>-<hash prefix>."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(fact["path"]).stem).strip("._-") or "corpus"
+    return path.with_name(f"{path.name}-{stem}-{fact['sha256'][:HASH_PREFIX]}")
+
+
+def resolve_base_model(config: Any) -> Path:
+    """The base model folder; with `model.init_arch`, the one made from this run's corpus,
+    created on first use."""
+    m = config.model
+    base = hf.init_from_folders(m.init_from, config.lora.enabled)[0] if m.init_from else None
+    if base is not None:  # another run's output model is a base model
+        print(f"init_from {m.init_from}: base model {base}")
+        return hf.check_model_dir(base)
+    if not m.model_name_or_path:
+        raise UserError(
+            "model.model_name_or_path is not set: causal-lm needs a base model",
+            "pick a base model (--base-model models/NAME, or model.model_name_or_path); "
+            "`trainforge models init NAME --corpus FILE` makes a small one",
+        )
+    path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
+    if not m.init_arch or not config.data.train_file:
+        return hf.check_model_dir(path)
+    corpus = Path(config.data.train_file)
+    if not corpus.is_file():
+        return hf.check_model_dir(path)  # the data check names the missing file
+    fact = corpus_fact(corpus)
+    if (path / "config.json").is_file():
+        recorded = made_from(path)
+        if recorded is None or same_corpus(recorded, fact):
+            return hf.check_model_dir(path)
+        own = corpus_model_path(path, fact)
+        print(
+            f"base model {path} was made from {recorded[0]['path']}; this run's corpus "
+            f"{corpus} is another, so it uses {own}"
+        )
+        path = own
+        if (path / "config.json").is_file():
+            return hf.check_model_dir(path)
+    _create(path, m, corpus, fact, config.training.seed)
+    return hf.check_model_dir(path)
+
+
+def _create(path: Path, m: Any, corpus: Path, fact: dict[str, Any], seed: int) -> None:
+    from trainforge.models.hf_init import init_model
+
+    print(f"creating base model {path}: random {m.init_arch} {m.init_size}, tokenizer "
+          f"trained on {corpus}")  # fmt: skip
+    init_model(
+        path.name,
+        arch=m.init_arch,
+        size=m.init_size,
+        corpus=[corpus],
+        seed=seed,
+        dest=path,
+        corpus_files=[fact],
+    )
