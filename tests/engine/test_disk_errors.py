@@ -131,6 +131,9 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("checkpoint not written, training continues")
     assert str(root / "checkpoint-2") in out and "No space left on device" in out
+    trainer.save_checkpoint("checkpoint-2b")  # refused again: said once, not twice
+    trainer.writer.wait()
+    assert capsys.readouterr().out == "" and len(trainer.writer.skipped) == 2
     monkeypatch.setattr(ckpt, "write_safetensors", real)
     trainer.save_checkpoint("checkpoint-3", wait=True)
     assert [c.path.name for c in ckpt.list_checkpoints(root)] == ["checkpoint-1", "checkpoint-3"]

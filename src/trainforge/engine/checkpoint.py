@@ -414,8 +414,8 @@ class CheckpointWriter:
 
     A write's error is raised on the training thread at the next `submit`, `wait` or
     `check`, as the `UserError` the write produced. With `on_error="continue"` a write the
-    disk refuses (`StorageError`: full, read-only) is reported in one line instead and
-    training goes on without that checkpoint; any other error is still raised.
+    disk refuses (`StorageError`: full, read-only) is reported in one line, the first time
+    only, and training goes on without that checkpoint; any other error is still raised.
     """
 
     def __init__(self, background: bool = True, on_error: str = "stop") -> None:
@@ -434,8 +434,9 @@ class CheckpointWriter:
                 return
             line = f"checkpoint not written, training continues: {err.line()}"
             self.skipped.append(line)
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            if len(self.skipped) == 1:  # said once: later refusals of the same disk are quiet
+                sys.stdout.write(line + " (later refused saves are not reported again)\n")
+                sys.stdout.flush()
         except BaseException as err:  # re-raised on the training thread
             self._error = err
 
