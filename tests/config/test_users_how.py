@@ -141,7 +141,7 @@ def test_a_profiles_auto_probe_does_not_raise_the_users_micro_batch(tmp_path):
 
 # ------------------------------------------------------------------ the rate's reference
 def test_a_batch_flag_on_the_g2p_config_prints_no_scaling(monkeypatch, capsys):
-    """The G2P config states no batch: 1e-3 is meant for no batch in particular, so
+    """The G2P config states no batch: 2e-3 is meant for no batch in particular, so
     `--batch_size 2` keeps it (it used to be scaled 64x down, against the schema's 128)."""
     code, out, err = run_in_process(
         monkeypatch, capsys, "config", "show", "config/g2p_cmudict.yaml", "--profile", "cpu",
@@ -152,7 +152,7 @@ def test_a_batch_flag_on_the_g2p_config_prints_no_scaling(monkeypatch, capsys):
         "learning rate: " not in out
         and "scaling" not in shown(out).get("optimizer.learning_rate", ("", ""))[1]
     )
-    assert shown(out)["optimizer.learning_rate"] == ("0.001", "file config/g2p_cmudict.yaml")
+    assert shown(out)["optimizer.learning_rate"] == ("0.002", "file config/g2p_cmudict.yaml")
     assert (
         "# rule: learning rate not scaled: the run config states no batch it was tuned for "
         "(set optimizer.reference_batch_size to scale it)"
@@ -166,9 +166,9 @@ def test_a_stated_reference_batch_scales_the_g2p_rate(monkeypatch, capsys):
     )  # fmt: skip
     assert code == 0, err
     assert (
-        "# learning rate: 0.001 for effective batch 128 -> 1.563e-05 for effective batch 2" in out
+        "# learning rate: 0.002 for effective batch 128 -> 3.125e-05 for effective batch 2" in out
     )
-    assert shown(out)["optimizer.learning_rate"] == ("1.5625e-05", "lr scaling (linear)")
+    assert shown(out)["optimizer.learning_rate"] == ("3.125e-05", "lr scaling (linear)")
     assert (
         "# rule: learning rate scaled (linear): reference batch 128 "
         "(optimizer.reference_batch_size, flag --set optimizer.reference_batch_size) -> "
@@ -184,13 +184,13 @@ def test_the_run_configs_own_batch_is_the_reference(tmp_path):
         text.replace("\ntraining:\n", "\ntraining:\n  per_device_train_batch_size: 64\n")
     )
     resolved = plan_for(path, "cpu", 1, "--batch_size", "2")
-    assert resolved.config.optimizer.learning_rate == pytest.approx(1e-3 * 2 / 64)
+    assert resolved.config.optimizer.learning_rate == pytest.approx(2e-3 * 2 / 64)
     assert resolved.rules[1] == (
         f"learning rate scaled (linear): reference batch 64 (the run config's own batch, "
         f"file {path}) -> effective batch 2"
     )
     same = plan_for(path, "jetson-orin", 2)
-    assert same.config.optimizer.learning_rate == 1e-3
+    assert same.config.optimizer.learning_rate == 2e-3
     assert same.rules[1].startswith("learning rate not scaled: effective batch 64 is the ref")
 
 

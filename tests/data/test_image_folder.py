@@ -39,7 +39,7 @@ def test_class_folders_in_root_are_split_by_val_fraction(make_cfg, tmp_path) -> 
     data = _build(make_cfg(dataset="image-folder", root=str(tmp_path), image_size=10))
     assert data.class_names == CLASS_NAMES and data.num_classes == 3
     assert (data.num_train, data.num_val, data.channels, data.image_size) == (12, 3, 3, 10)
-    images, labels = next(iter(data.train_loader))
+    images, labels, _bits = next(iter(data.train_loader))
     assert images.shape == (4, 3, 10, 10) and images.dtype == torch.uint8
     assert labels.dtype == torch.int64
     # Solid-colour images survive the resize unchanged: pixel value identifies the file.

@@ -109,7 +109,7 @@ def test_sigint_during_validation_stops_at_the_next_batch_and_resumes(tmp_path, 
         cwd=project, env=_env(), capture_output=True, text=True, timeout=DEADLINE_S,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    found = re.findall(r"^resumed from (\S+) \(epoch \d+, step (\d+)\)$", resumed.stdout, re.M)
+    found = re.findall(r"^resumed from (\S+) \(epoch \d+, step (\d+)\), ", resumed.stdout, re.M)
     assert [(Path(p).name, int(s)) for p, s in found] == [("checkpoint_interrupted", 2)]
     assert "done: finished after 4 steps" in resumed.stdout
     assert re.search(r"^validation \(400 examples\): .*per [\d.]+", resumed.stdout, re.M)
