@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.in_process import run_in_process
+from tests.fakes.plans import plan_for
 
 from trainforge.config import ConfigError, validate
 from trainforge.config.plan import plan_accumulation
@@ -22,22 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 CPU = detect(load_fixture(REPO / "tests" / "hardware" / "fixtures" / "cpu"))
 CONFIGS = sorted((REPO / "config").glob("*.yaml")) + sorted((REPO / "config").glob("*.json"))
 PROFILES = list_profiles()
-
-
-def plan_for(path: Path | None, profile: str, world: int, *flags: str):
-    """What `config show PATH --profile PROFILE --world_size WORLD FLAGS` resolves."""
-    from trainforge.config import flags as run_flags
-
-    args = run_flags.parse([*flags]) if flags else None
-    return validate(
-        path,
-        platform=CPU,
-        profile=profile,
-        for_profile=True,
-        world_size=world,
-        flags=dict(args.flags) if args else None,
-        flag_sources=dict(args.sources) if args else None,
-    )
 
 
 def recipe(resolved) -> tuple[int, float]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.fakes.in_process import run_in_process
+from tests.fakes.plans import plan_for
 
 from trainforge.config import validate
 from trainforge.hardware import detect, load_fixture
@@ -17,23 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 CPU = detect(load_fixture(REPO / "tests" / "hardware" / "fixtures" / "cpu"))
 GUIDE_JSON = REPO / "config" / "jetson_training.json"
 G2P = REPO / "config" / "g2p_cmudict.yaml"
-
-
-def plan_for(path: Path | None, profile: str, world: int = 1, *flags: str):
-    """What `config show PATH --profile PROFILE --world_size WORLD FLAGS` resolves."""
-    from trainforge.config import flags as run_flags
-
-    args = run_flags.parse([*flags]) if flags else None
-    return validate(
-        path,
-        platform=CPU,
-        profile=profile,
-        for_profile=True,
-        world_size=world,
-        flags=dict(args.flags) if args else None,
-        flag_sources=dict(args.sources) if args else None,
-        overrides=list(args.overrides) if args else [],
-    )
 
 
 def split(resolved) -> tuple[int, int, int]:

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from tests.fakes.poison import Poison
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.callbacks import Callback
@@ -16,27 +17,6 @@ from trainforge.engine.trainer import Trainer
 from trainforge.errors import UserError
 
 CPU = torch.device("cpu")
-
-
-class Poison(Callback):
-    """Makes chosen micro-batches produce a NaN loss or an Inf gradient."""
-
-    def __init__(self, task, nan_loss_steps=(), inf_grad_steps=()) -> None:
-        self.calls = 0
-        original = task.step
-
-        def step(model, batch):
-            out = original(model, batch)
-            self.calls += 1
-            if self.calls in nan_loss_steps:
-                out.loss = out.loss * float("nan")
-            if self.calls in inf_grad_steps:
-                # Finite loss, infinite gradient: d/dw of w * 0 with an inf upstream factor.
-                first = next(model.parameters())
-                out.loss = out.loss + (first.sum() * 0.0) * float("inf")
-            return out
-
-        task.step = step
 
 
 def snapshot(trainer):

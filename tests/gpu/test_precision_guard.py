@@ -9,29 +9,10 @@ import pytest
 import torch
 
 from fakes.cuda_runs import Losses, make_trainer
+from fakes.poison import Poison
 from trainforge.engine.callbacks import Callback
 
 pytestmark = pytest.mark.gpu
-
-
-class Poison(Callback):
-    """Chosen micro-batches give a NaN loss or an Inf gradient (as tests/engine's faults)."""
-
-    def __init__(self, task, nan_loss_steps=(), inf_grad_steps=()) -> None:
-        self.calls = 0
-        original = task.step
-
-        def step(model, batch):
-            out = original(model, batch)
-            self.calls += 1
-            if self.calls in nan_loss_steps:
-                out.loss = out.loss * float("nan")
-            if self.calls in inf_grad_steps:
-                first = next(model.parameters())
-                out.loss = out.loss + (first.sum() * 0.0) * float("inf")
-            return out
-
-        task.step = step
 
 
 class LogAt(Callback):
