@@ -51,7 +51,7 @@ class Disk:
 def disk(tmp_path):
     """A 4 MB tmpfs, unmounted afterwards whatever happened."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs the slow tests as root)")
+        pytest.fail("mounting a tmpfs needs root: run the slow tests as root, as CI does")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
