@@ -152,7 +152,33 @@ def _resolve_run(args, platform, world_size: int, **check: object):
         world_size=world_size,
         **check,
     )
+    if args.more_steps is not None:
+        flags["training.max_steps"] = _steps_done(resolved, resume, args.more_steps)
+        resolved = validate(
+            config_path, platform=platform, profile=profile, overrides=args.overrides,
+            flags=flags, flag_sources=args.sources, recorded=recorded, world_size=world_size,
+            **check,
+        )  # fmt: skip
     return resolved, resume
+
+
+def _steps_done(resolved, resume: str | None, more: int) -> int:
+    """The max_steps `--max_steps +N` means: N past the checkpoint this run resumes (a
+    folder, or the run's newest with auto), N for a fresh start. Says it in one line."""
+    from trainforge.engine import checkpoint as ckpt
+    from trainforge.run.resume import run_folder_for
+
+    if resume is None:
+        return more
+    if resume == "auto":
+        found = ckpt.latest(run_folder_for(resolved).checkpoints)
+        done, name = (found.global_step, found.path.name) if found else (0, "no checkpoint")
+    else:
+        done, name = int(ckpt.read_meta(Path(resume)).get("global_step", 0)), Path(resume).name
+    if os.environ.get("RANK", "0") == "0":
+        end = done + more
+        print(f"--max_steps +{more}: {name} is at step {done}, so training ends at step {end}")
+    return done + more
 
 
 def _enter_start_dir(record: dict, folder, checkpoint: Path | None):

@@ -297,3 +297,21 @@ def test_an_optional_file_flag_takes_null_as_no_file(word):
     config = load(Path("config/g2p_cmudict.yaml"), flags=args.flags, overrides=args.overrides)
     data = config.config.data
     assert (data.test_file, data.validation_file, data.train_file) == (None, None, "null.tsv")
+
+
+def test_relative_max_steps_counts_from_step_0_on_a_fresh_run(monkeypatch, capsys):
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "config", "show", DIGITS, "--profile", "cpu", "--max_steps", "+5"
+    )
+    assert code == 0, err
+    assert show_rows(out)["training.max_steps"] == ("5", "flag --max_steps +5")
+
+
+@pytest.mark.parametrize("value", ["+0", "+x", "+1.5"])
+def test_a_bad_relative_max_steps_is_one_line(value, monkeypatch, capsys):
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "config", "show", DIGITS, "--max_steps", value
+    )
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"--max_steps {value}: not a number of steps to add")

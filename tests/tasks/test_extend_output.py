@@ -1,6 +1,7 @@
 """A run's own output model is part of the run: extending a finished causal-lm run with
-`--resume runs/NAME --max_steps N` updates `models/<output>` without --overwrite, while
-another run that names the same output is still refused without --overwrite."""
+`--resume runs/NAME --max_steps +4` (4 steps past its last checkpoint) updates
+`models/<output>` without --overwrite, while another run that names the same output is still
+refused without --overwrite."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def test_extending_a_finished_run_updates_its_output_model(project, monkeypatch,
 
     # The same run, 4 steps further: no --overwrite needed, the output model follows.
     code, out, err = run_in_process(
-        monkeypatch, capsys, "train", "--resume", "runs/g2p_cmudict", "--max_steps", "8"
+        monkeypatch, capsys, "train", "--resume", "runs/g2p_cmudict", "--max_steps", "+4"
     )
     assert code == 0, out[-3000:] + err
+    assert "--max_steps +4: checkpoint-4 is at step 4, so training ends at step 8" in out
     assert "done: finished after 8 steps" in out
     assert "output model: models/g2p-cmudict" in out
     assert _written(project)["global_step"] == 8

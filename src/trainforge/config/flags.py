@@ -105,6 +105,8 @@ class RunArgs:
     world_size: int | None = None
     help: bool = False
     files: list[Path] = field(default_factory=list)  # extra positionals (validate)
+    # `--max_steps +N`: N steps past the checkpoint the run resumes from (0 for a fresh one)
+    more_steps: int | None = None
 
 
 def _value(text: str) -> Any:
@@ -189,6 +191,10 @@ def _one_flag(
             args.overrides.append(f"{fields[name]}=null")
         else:
             text_field = kind is str or kind == str | None
+            if fields[name] == "training.max_steps" and value.strip().startswith("+"):
+                args.more_steps = _more_steps(typed, value)
+                args.sources[fields[name]] = f"flag --{typed} {value.strip()}"
+                return i
             _put(args, fields[name], value if text_field else _value(value), typed)
     else:
         close = difflib.get_close_matches(name, [*fields, *SPECIAL], n=1, cutoff=0.6)
@@ -197,6 +203,17 @@ def _one_flag(
             f"did you mean --{close[0]}?" if close else "see `trainforge train --help`",
         )
     return i
+
+
+def _more_steps(typed: str, value: str) -> int:
+    """The N of `--max_steps +N`: a whole number of steps, at least 1."""
+    text = value.strip()[1:]
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(
+            f"--{typed} {value.strip()}: not a number of steps to add",
+            f"write --{typed} +N with N >= 1 (e.g. +1000), or an absolute --{typed} N",
+        )
+    return int(text)
 
 
 def _put(args: RunArgs, path: str, value: Any, name: str) -> None:
