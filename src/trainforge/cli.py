@@ -402,6 +402,39 @@ def verify(
     _exit_with(verify_main(target))
 
 
+@app.command("evaluate")
+def evaluate_cmd(
+    run: Annotated[Path, typer.Argument(help="A run folder (runs/NAME) or a checkpoint.")],
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(help="A checkpoint of the run (best_model, checkpoint-500) or a folder."),
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option(help="Score this TSV/CSV/JSONL file instead of the splits.")
+    ] = None,
+    split: Annotated[str, typer.Option(help="val, test or all (the splits the run has).")] = "all",
+    batch_size: Annotated[
+        int | None, typer.Option("--batch_size", help="Evaluation batch size.")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or mps.")] = None,
+    num_threads: Annotated[int | None, typer.Option("--num_threads", help="CPU threads.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
+) -> None:
+    """Score a run's model (final, else newest checkpoint) on its whole splits or a file."""
+    from trainforge import evaluate as ev
+
+    if split not in ("val", "test", "all"):
+        raise UserError(f"--split {split}: unknown split", "use val, test or all")
+    request = ev.Request(
+        run, checkpoint=checkpoint, file=file, batch_size=batch_size, device=device,
+        num_threads=num_threads, splits=None if split == "all" else (split,),
+    )  # fmt: skip
+    json_out = json_out.resolve() if json_out is not None else None  # before any chdir
+    result = ev.evaluate(request)
+    if json_out is not None:
+        ev.write_json(result, json_out)
+
+
 @app.command(
     "models",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

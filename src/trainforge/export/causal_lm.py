@@ -43,20 +43,9 @@ class CausalLMExport:
         return build_task(self.config)
 
     def _loaded_model(self, job: ExportJob):
-        model = self.task.model
-        missing, unexpected = model.load_state_dict(job.source.state_dict, strict=False)
-        # Tied weights (GPT-2's lm_head and embeddings) may be saved once: an alias is loaded.
-        current = model.state_dict()
-        loaded = {current[k].data_ptr() for k in job.source.state_dict if k in current}
-        missing = [k for k in missing if current[k].data_ptr() not in loaded]
-        if unexpected or missing:
-            names = (unexpected or missing)[:3]
-            raise UserError(
-                f"weights {job.source.weights} do not fit the model of its config "
-                f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {names})",
-                "export a checkpoint together with the config and base model it was trained with",
-            )
-        return model.eval()
+        from trainforge.export.source import load_weights
+
+        return load_weights(self.task.model, job.source.state_dict, job.source.weights)
 
     def _evaluate(self, model, batches: list[dict]) -> tuple[dict[str, float], list[torch.Tensor]]:
         """Task metrics over `batches` and the logits of each batch."""

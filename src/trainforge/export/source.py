@@ -72,6 +72,25 @@ def resolve_source(path: Path) -> Source:
     raise UserError(f"{path} is neither a run folder nor a checkpoint", HOW)
 
 
+def load_weights(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], label: Path
+) -> torch.nn.Module:
+    """`model` with `state` loaded, in evaluation mode; one line when they do not fit. Tied
+    weights (GPT-2's lm_head and embeddings) may be saved once: an alias counts as loaded."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    current = model.state_dict()
+    loaded = {current[k].data_ptr() for k in state if k in current}
+    missing = [k for k in missing if current[k].data_ptr() not in loaded]
+    if unexpected or missing:
+        names = (unexpected or missing)[:3]
+        raise UserError(
+            f"weights {label} do not fit the model of its config "
+            f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {names})",
+            "use a checkpoint together with the config and base model it was trained with",
+        )
+    return model.eval()
+
+
 def _run_of(checkpoint: Path) -> Path:
     """The run folder whose checkpoints/ holds `checkpoint`, else the checkpoint itself."""
     run = RunFolder(checkpoint.parent.parent)

@@ -66,9 +66,9 @@ def corpus_model_path(path: Path, fact: dict[str, Any]) -> Path:
     return path.with_name(f"{path.name}-{stem}-{fact['sha256'][:HASH_PREFIX]}")
 
 
-def resolve_base_model(config: Any) -> Path:
+def resolve_base_model(config: Any, create: bool = True) -> Path:
     """The base model folder; with `model.init_arch`, the one made from this run's corpus,
-    created on first use."""
+    created on first use (`create=False`: one line saying it is missing instead)."""
     m = config.model
     base = hf.init_from_folders(m.init_from, config.lora.enabled)[0] if m.init_from else None
     if base is not None:  # another run's output model is a base model
@@ -99,6 +99,11 @@ def resolve_base_model(config: Any) -> Path:
         path = own
         if (path / "config.json").is_file():
             return hf.check_model_dir(path)
+    if not create:
+        raise UserError(
+            f"base model {path} (made from {corpus} when the run started) is missing",
+            "score the run where its models/ folder is, or copy that folder here",
+        )
     _create(path, m, corpus, fact, config.training.seed)
     return hf.check_model_dir(path)
 

@@ -1,0 +1,176 @@
+"""`trainforge evaluate RUN`: score a run's model on its whole validation and test splits, or
+on any TSV/CSV/JSONL file, as the run's closing evaluation computes them.
+
+Owns the choice of weights (the run's final model, else its newest checkpoint; or the
+checkpoint `--checkpoint` names), the evaluation config (the run's own, with the files asked
+for as its validation split, nothing written and no base model created), and the printed and
+JSON results. The weights are read as export reads them (`export.source`: verified against
+the manifest, safetensors only); the passes are the task's own (`evaluate_dataset` for the
+causal-LM task, every prompt decoded; `engine.evaluate.evaluate_batches` for the others).
+Works where the run started, as `--resume` does, so its relative data and model paths hold.
+
+Library considered: Hugging Face `evaluate` (metric objects loaded by name) scores
+predictions, not a checkpoint on its task's data; the task's sums already are the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainforge.engine import checkpoint as ckpt
+from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder
+
+SPLITS = ("val", "test")
+
+
+@dataclass
+class Request:
+    """What `trainforge evaluate` was asked for."""
+
+    run: Path
+    checkpoint: str | None = None  # a checkpoint name in the run, or a folder path
+    file: Path | None = None  # scored instead of the splits
+    splits: tuple[str, ...] | None = None  # None: every split the run has
+    batch_size: int | None = None
+    device: str | None = None
+    num_threads: int | None = None
+
+
+def weights_of(request: Request) -> Path:
+    """The run folder or checkpoint folder whose weights are scored."""
+    run = RunFolder(request.run)
+    given = request.checkpoint
+    if given is not None:
+        named = run.checkpoints / given
+        path = named if named.is_dir() else Path(given)
+        if not path.is_dir():
+            have = [c.path.name for c in ckpt.list_checkpoints(run.checkpoints)]
+            raise UserError(
+                f"--checkpoint {given}: no such checkpoint in {run.checkpoints}",
+                f"pick one of {', '.join(have)}" if have else "train the run first",
+            )
+        return path
+    if run.model.is_file() or not run.checkpoints.is_dir():
+        return run.path
+    newest = ckpt.latest(run.checkpoints)
+    return newest.path if newest is not None else run.path
+
+
+def evaluate(request: Request) -> dict[str, Any]:
+    """Score the weights on the splits and files asked for; prints one line per pass and
+    returns {"weights", "step", "results": {name: {"examples", metrics…}}}."""
+    from trainforge.export.source import load_weights, resolve_source
+
+    if request.file is not None and not request.file.is_file():
+        raise UserError(f"--file {request.file}: not found", "pass a TSV, CSV or JSONL file")
+    source = resolve_source(weights_of(request))
+    step = _step_of(source.weights)
+    file = request.file.resolve() if request.file is not None else None
+    _enter_start_dir(source.run_dir)
+    config = _evaluation_config(source.config, request, file)
+    import torch
+
+    from trainforge.hardware import detect, resolve_device
+    from trainforge.hardware.threads import apply_threads, thread_count
+    from trainforge.tasks import build_task
+
+    device = torch.device(resolve_device(config.training.device, detect()))
+    apply_threads(thread_count(config.training.num_threads))
+    task = build_task(config, device)
+    model = load_weights(task.model, source.state_dict, source.weights).to(device)
+    print(f"evaluating {source.weights} (step {step}) on {device}")
+    results: dict[str, dict[str, float]] = {}
+    for name, loader in _passes(task, request, file):
+        metrics = _score(task, model, loader, device, config)
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        print(f"{name} ({len(loader.dataset)} examples): {shown}")
+        results[name] = {"examples": len(loader.dataset), **metrics}
+    return {"weights": str(source.weights), "step": step, "results": results}
+
+
+def _step_of(weights: Path) -> int | None:
+    folder = weights.parent
+    meta = folder / "meta.json"
+    return int(ckpt.read_meta(folder).get("global_step", 0)) if meta.is_file() else None
+
+
+def _enter_start_dir(run_dir: Path) -> None:
+    run = RunFolder(run_dir)
+    started = Path(str(run.read_run().get("cwd") or ".")) if run.is_run() else None
+    if started is not None and started.is_dir() and started.resolve() != Path.cwd().resolve():
+        os.chdir(started)
+        print(f"working in {started}, where the run started (its relative paths mean that)")
+
+
+def _evaluation_config(config: Any, request: Request, file: Path | None) -> Any:
+    """The run's config for scoring: nothing written, no base model created, the file (when
+    given) as the validation split, the batch, device and threads asked for."""
+    data, model = config.data, config.model
+    if file is not None:
+        if config.task.kind != "causal-lm":
+            raise UserError(
+                f"--file {file}: only text runs score a file ({config.task.kind} run)",
+                "score its own validation split: trainforge evaluate RUN",
+            )
+        data = data.model_copy(update={"validation_file": str(file), "test_file": None})
+    if config.task.kind == "causal-lm":
+        from trainforge.models.base_model import resolve_base_model
+
+        base = resolve_base_model(config, create=False)
+        model = model.model_copy(update={"model_name_or_path": str(base), "init_arch": None})
+    evaluation = config.evaluation
+    if request.batch_size:
+        evaluation = evaluation.model_copy(
+            update={"per_device_eval_batch_size": request.batch_size}
+        )
+    training = config.training.model_copy(
+        update={k: v for k, v in (("device", request.device),
+                                  ("num_threads", request.num_threads)) if v is not None}
+    )  # fmt: skip
+    output = config.output.model_copy(update={"model_name": None})
+    return config.model_copy(
+        update={"data": data, "model": model, "evaluation": evaluation,
+                "training": training, "output": output}
+    )  # fmt: skip
+
+
+def _passes(task: Any, request: Request, file: Path | None):
+    """(name, loader) of each pass: the file when given (read as the validation split),
+    else the splits asked for (by default every split the run has)."""
+    if file is not None:
+        yield f"file {file.name}", task.val_loader
+        return
+    for split in request.splits or SPLITS:
+        name = "validation" if split == "val" else split
+        loader = task.val_loader if split == "val" else getattr(task, "test_loader", None)
+        if loader is not None:
+            yield name, loader
+        elif request.splits:
+            print(f"{name}: the run has no {name} split")
+
+
+def _score(task: Any, model: Any, loader: Any, device: Any, config: Any) -> dict[str, float]:
+    """The task's metrics on the loader's whole data set, every prompt decoded."""
+    dataset = loader.dataset
+    if hasattr(task, "evaluate_dataset"):
+        whole = dataset.all_generated() if hasattr(dataset, "all_generated") else dataset
+        return task.evaluate_dataset(model, whole)
+    from trainforge.engine.evaluate import evaluate_batches
+    from trainforge.engine.precision import PrecisionPlan
+
+    precision = PrecisionPlan.create(config.training.precision, device)
+    loss_sum, weight, sums = evaluate_batches(
+        task, model, loader, device=device, precision=precision
+    )
+    return task.metrics(loss_sum, weight, sums)
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
