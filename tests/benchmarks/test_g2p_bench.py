@@ -40,3 +40,9 @@ def test_g2p_benchmark_prints_per_wer_against_the_reference():
     untrained_per = measured["untrained (random init)"][0]
     assert ratios["g2p_per_ratio_to_untrained"] == pytest.approx(per / untrained_per, abs=0.01)
     assert "ratio to reference: PER x" in text
+    decoding = next(line for line in lines if line.startswith("decoding the 12 test words: "))
+    speedup = float(re.search(r": x([\d.]+); PER", decoding).group(1))
+    assert ratios["g2p_decode_speedup"] == pytest.approx(speedup, abs=0.006)
+    previous = next(line for line in lines if line.startswith("PER against the previous"))
+    assert "(65.7% after 120 s)" in previous
+    assert ratios["g2p_per_vs_previous"] == pytest.approx(per / 65.7, abs=0.01)
