@@ -162,14 +162,17 @@ def test_digits_load_as_its_entry_says():
     assert tuple(data.augment.mean.flatten().tolist()) == pytest.approx(entry.augment.mean)
 
 
-def test_the_web_dialog_offers_the_registered_image_datasets_and_tasks():
-    from trainforge.data.catalog import image_dataset_names
-    from trainforge.web import dialog
+def test_the_web_dialog_offers_the_registered_image_datasets_and_tasks(tmp_path):
+    from fastapi.testclient import TestClient
 
-    assert image_dataset_names() == [n for n in DATASETS.names() if DATASETS.get(n).image]
-    assert "text" not in image_dataset_names()
-    source = Path(dialog.__file__).read_text(encoding="utf-8")
-    assert "image_dataset_names()" in source and "TASKS.names()" in source
+    from trainforge.web.app import create_app
+    from trainforge.web.settings import WebSettings
+
+    with TestClient(create_app(WebSettings(root=tmp_path))) as client:
+        choices = client.get("/api/train/defaults").json()["choices"]
+    assert choices["image_datasets"] == [n for n in DATASETS.names() if DATASETS.get(n).image]
+    assert "text" not in choices["image_datasets"] and "cifar10" in choices["image_datasets"]
+    assert choices["tasks"] == TASKS.names()
 
 
 # --- tasks ----------------------------------------------------------------------------------

@@ -513,6 +513,10 @@ def serve(
     fixture: Annotated[
         Path | None, typer.Option("--fixture", hidden=True, help="Replay a recorded machine.")
     ] = None,
+    extension: Annotated[
+        list[str] | None,
+        typer.Option(help="Plugin module or .py file: offered in the dialog (repeatable)."),
+    ] = None,
 ) -> None:
     """Web app: launch, watch and stop training runs from a browser."""
     from trainforge.web.serve import serve as serve_app
@@ -526,6 +530,7 @@ def serve(
         models_dir=models_dir,
         fixture=fixture,
         max_parallel_runs=max_parallel,
+        extensions=extension or [],
     )
 
 

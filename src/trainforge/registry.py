@@ -59,14 +59,20 @@ class Registry(Generic[T]):
                 importlib.import_module(module)
 
     @overload
-    def register(self, name: str) -> Callable[[T], T]: ...
+    def register(self, name: str, *, replace: bool = False) -> Callable[[T], T]: ...
     @overload
-    def register(self, name: str, entry: T) -> T: ...
+    def register(self, name: str, entry: T, *, replace: bool = False) -> T: ...
 
-    def register(self, name: str, entry: Any = None) -> Any:
-        """Register `entry` under `name`; without `entry`, a decorator that does so."""
+    def register(self, name: str, entry: Any = None, *, replace: bool = False) -> Any:
+        """Register `entry` under `name`; without `entry`, a decorator that does so. A name
+        taken already is refused unless `replace=True` (a plugin replacing a built-in says so)."""
 
         def add(value: T) -> T:
+            if name in self._entries and self._entries[name] is not value and not replace:
+                raise UserError(
+                    f"{self.kind} {name!r} is registered already",
+                    "pick another name, or register it with replace=True to replace it",
+                )
             self._entries[name] = value
             return value
 

@@ -51,6 +51,7 @@ SPECIAL = {
     "report_to": "trackers (registered loggers, comma-separated), all or none",
     "output-name": "causal-lm: write models/OUTPUT_NAME and name the run after it",
     "world_size": "config show / validate: plan for this many processes (default 1)",
+    "extension": "import a plugin module or .py file first (repeatable; recorded with the run)",
 }
 # What a boolean flag's value may be (`--tensorboard off`); without one, the flag means true.
 BOOL_WORDS = {
@@ -169,6 +170,9 @@ def _one_flag(
             return i
         value, i = _take(argv, i, name, inline)
         args.resume = value
+    elif name == "extension":
+        value, i = _take(argv, i, name, inline)
+        args.flags.setdefault("extensions", []).append(value)
     elif name in ("config", "profile", "set", "world_size", "report_to", "output-name"):
         value, i = _take(argv, i, name, inline)
         _special(args, name, value)

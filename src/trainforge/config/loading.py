@@ -136,7 +136,13 @@ def load(
     cli_sources: dict[str, str] = dict((recorded or {}).get("flag_sources") or {})
     fields = flag_fields()
     for name, value in (flags or {}).items():
-        if value is not None:
+        if name == "extensions" and value:  # --extension adds to the file's list
+            from trainforge.extensions import listed
+
+            given = [*listed(file_data.get("extensions")), *listed(cli_layer.get("extensions"))]
+            cli_layer["extensions"] = list(dict.fromkeys([*given, *value]))
+            cli_sources["extensions"] = "flag --extension"
+        elif value is not None:
             key = name if "." in name else fields[name]
             _set_dotted(cli_layer, key, value)
             typed = (flag_sources or {}).get(key)
@@ -193,6 +199,9 @@ def _resolve(
             profile_requested=profile,
         )
 
+    from trainforge.extensions import listed, load_extensions
+
+    load_extensions(listed(merged.get("extensions")))  # before names are checked
     try:
         config = RunConfig.model_validate(merged)
     except ValidationError as err:

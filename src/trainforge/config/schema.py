@@ -593,6 +593,11 @@ class RunConfig(Section):
         "(.yaml), or auto to pick by the hardware found.",
     )
     notes: str | None = Field(None, description="Free text shown next to the run.")
+    extensions: list[str] = Field(
+        [],
+        description="Plugins imported before names are checked: module names or .py files "
+        "that register datasets, optimizers, loggers, export formats (--extension adds one).",
+    )
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()

@@ -75,7 +75,7 @@ def export_command(
         finetune_lr=finetune_lr,
         latency_runs=max(1, latency_runs),
     )
-    wanted = check_formats(formats or [])
+    wanted = check_formats(formats or [], source)
     check_options(options)
     check_source_exists(source)
     from trainforge.export.commands import run_export

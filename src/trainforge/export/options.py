@@ -31,8 +31,13 @@ class ExportOptions:
     latency_runs: int = 100
 
 
-def check_formats(formats: list[str]) -> list[str]:
-    """Registered, de-duplicated formats in the order given (`all` means every format)."""
+def check_formats(formats: list[str], source: Path | None = None) -> list[str]:
+    """Registered, de-duplicated formats in the order given (`all` means every format);
+    with `source`, the plugins that run records are imported first (their formats count)."""
+    if source is not None:
+        from trainforge.export.source import load_run_plugins
+
+        load_run_plugins(source)
     known = EXPORT_FORMATS.names()
     wanted: list[str] = []
     for item in formats:

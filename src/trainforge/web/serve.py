@@ -32,6 +32,7 @@ def build_settings(
     models_dir: str = "models",
     fixture: Path | None = None,
     max_parallel_runs: int | None = None,
+    extensions: list[str] | None = None,
 ) -> WebSettings:
     """Settings for a bind address; refuses a non-loopback bind without an access token."""
     token = resolve_token(token)
@@ -42,7 +43,7 @@ def build_settings(
             f"pass --token TOKEN or set {TOKEN_ENV} (the environment keeps it out of `ps`), "
             "or bind to 127.0.0.1",
         )
-    return WebSettings(
+    settings = WebSettings(
         runs_dir=runs_dir,
         models_dir=models_dir,
         db_path=db,
@@ -51,6 +52,16 @@ def build_settings(
         max_parallel_runs=max_parallel_runs,
         allowed_hosts=LOOPBACK_HOSTS if token is None else None,
     )
+    if extensions:
+        # The server lists the plugins' names in its dialog; the runs it starts import them
+        # too (a file by its absolute path), and record them for their resumes.
+        from trainforge.extensions import load_extensions
+
+        load_extensions(extensions)
+        for spec in extensions:
+            shown = str(Path(spec).resolve()) if spec.endswith(".py") else spec
+            settings.train_command += ["--extension", shown]
+    return settings
 
 
 def _check_port(host: str, port: int) -> None:
