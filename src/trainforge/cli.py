@@ -177,15 +177,22 @@ def _print_changes(folder, args) -> None:
         print(f"resuming {folder.path} with changed values: " + "; ".join(given))
 
 
+def _count(number: int, noun: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _print_summary(summary) -> None:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
         return
     from trainforge.runfolder import RunFolder
 
+    if summary.stop_reason == "nothing to train":  # said in one line already
+        return
     folder = RunFolder(summary.run_dir)
     metrics = summary.final_metrics
     print(
-        f"done: {summary.stop_reason} after {summary.global_step} steps "
+        f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
         f"in {summary.train_time_s:.1f} s of training"
     )
     if "accuracy" in metrics:
@@ -231,6 +238,14 @@ def validate_cmd(ctx: typer.Context) -> None:
         raise typer.Exit(2)
 
 
+def _shown(value: object) -> str:
+    """A value on one line: null, or text with newlines and tabs written as \\n and \\t."""
+    if value is None:
+        return "null"
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
 @config_app.command("show", context_settings=_FORWARD, add_help_option=False)
 def config_show(ctx: typer.Context) -> None:
     """Print the resolved config and plan, and where every value came from: `config show
@@ -256,8 +271,7 @@ def config_show(ctx: typer.Context) -> None:
     width = max(len(k) for k in resolved.sources)
     for path, source in resolved.sources.items():
         value = get_dotted(resolved.config, path)
-        shown = "null" if value is None else value
-        print(f"{path:<{width}}  {shown!s:<24}  # {source}")
+        print(f"{path:<{width}}  {_shown(value):<24}  # {source}")
 
 
 @profiles_app.callback(invoke_without_command=True)

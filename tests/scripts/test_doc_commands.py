@@ -78,6 +78,8 @@ WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve"}
 # A 2-step run cannot hold a config's warmup (e.g. g2p_cmudict.yaml's 200 steps).
 TRAIN_SUFFIX = ("--set", "checkpoint.save_steps=2", "--set", "schedule.warmup_steps=0")
 SMALL_BATCH = ("--set", "training.per_device_train_batch_size=16")
+# Platform scripts: those under scripts/, and the one the Jetson guide runs from the root.
+ROOT_SCRIPTS = ("scripts/", "install_cusparselt.sh")
 # Entries of the checkout that page runs must not touch (they get fresh ones).
 USER_CONTENT = {"runs", "models", "data", "outputs", ".git", ".venv"}
 
@@ -211,7 +213,7 @@ def plan(command: Command) -> str | None:
             return "quick"
         if rest[0] in WRITING_TRAINFORGE or rest[:2] == ["models", "init"]:
             return "page"
-    script = next((w for w in words[:2] if w.removeprefix("./").startswith("scripts/")), None)
+    script = next((w for w in words[:2] if w.removeprefix("./").startswith(ROOT_SCRIPTS)), None)
     if script == "scripts/build_g2p_dataset.py":
         return "page"
     if script is not None and head in ("python", "python3", "bash", script):
