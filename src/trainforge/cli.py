@@ -113,13 +113,9 @@ def _resolve_run(args, platform, world_size: int, **check: object):
     resume, recorded, config_path, profile = args.resume, None, args.config, args.profile
     flags = dict(args.flags)
     if resume not in (None, "auto"):
-        found = find_run(resume)
+        found = find_run(resume) or _in_config_run(args, resume, platform)
         if found is None:
-            what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
-            raise UserError(
-                f"--resume {resume}: {what}",
-                "pass a run folder such as runs/NAME (see `ls runs`), or auto",
-            )
+            _resume_not_found(args, resume, platform)
         folder, checkpoint = found
         resume = str(checkpoint) if checkpoint else "auto"
         if folder.is_run():
@@ -153,6 +149,53 @@ def _resolve_run(args, platform, world_size: int, **check: object):
         **check,
     )
     return resolved, resume
+
+
+def _config_run_folder(args, platform):
+    """The run folder the named config (with its flags) writes to; None without a config."""
+    from trainforge.config import load
+    from trainforge.hardware import pick_profile
+    from trainforge.runfolder import for_config
+
+    if args.config is None:
+        return None
+    resolved = load(
+        args.config,
+        profile=args.profile,
+        overrides=args.overrides,
+        flags=args.flags,
+        flag_sources=args.sources,
+        pick_auto_profile=lambda: pick_profile(platform),
+    )
+    out = resolved.config.output
+    return for_config(out.dir, out.run_name, resolved.path)
+
+
+def _in_config_run(args, resume: str, platform):
+    """The ViT training guide's `CONFIG --resume_from checkpoints/NAME.pth`: a relative
+    path is also looked for in the config's run folder."""
+    from trainforge.runfolder import find_run
+
+    if Path(resume).is_absolute() or Path(resume).exists():
+        return None
+    folder = _config_run_folder(args, platform)
+    return find_run(str(folder.path / resume)) if folder else None
+
+
+def _resume_not_found(args, resume: str, platform) -> None:
+    """One line naming the flag as typed, the path, and where a checkpoint could be."""
+    what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
+    folder = None if Path(resume).is_absolute() else _config_run_folder(args, platform)
+    if folder is None:
+        raise UserError(
+            f"{args.resume_flag} {resume}: {what}",
+            "pass a run folder such as runs/NAME (see `ls runs`), or auto",
+        )
+    raise UserError(
+        f"{args.resume_flag} {resume}: {what} (nor in {folder.path}, this config's run folder)",
+        f"pick one of `ls {folder.checkpoints}`, or resume the newest with "
+        f"{args.resume_flag} {folder.path}",
+    )
 
 
 def _enter_start_dir(record: dict, folder, checkpoint: Path | None):

@@ -24,7 +24,8 @@ How each kind of command is exercised:
   `--batch_size auto`) and, for a fresh run, `output.overwrite=true`; CIFAR-10 configs read
   the tiny CIFAR-10 written in the real format by the `tiny_cifar` fixture instead of
   downloading; a `--resume_from` path that such a short run cannot have
-  (`checkpoint_epoch_50`) becomes that run's newest checkpoint; a command reading `runs/NAME`
+  (`checkpoint_epoch_50`) becomes that run's newest checkpoint, in the ViT guide's form
+  `CONFIG --resume_from checkpoints/NAME.pth` when the page writes it so; a command reading `runs/NAME`
   that the page never trained first trains `config/NAME.yaml` the same short way; placeholders
   in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl` lines against
   it run on a free port, and the server must answer HTTP before it is stopped; `make demo`
@@ -434,11 +435,7 @@ class PageRun:
         if not resumes:
             suffix += ["--set", "output.overwrite=true"]
         if "--resume_from" in words:
-            index = words.index("--resume_from") + 1
-            if not (self.work / words[index]).exists():
-                folder = (self.work / words[index]).parent
-                newest = max(folder.glob("checkpoint*/"), key=lambda p: p.stat().st_mtime)
-                words = [*words[:index], str(newest), *words[index + 1 :]]
+            words = self.short_run_checkpoint(words)
         if "cifar10" in " ".join(words):
             suffix += ["--set", f"data.root={self.cifar_root}", "--set", "data.download=false"]
         result = self.trainforge([*words, *suffix])
@@ -447,6 +444,24 @@ class PageRun:
             if resumes:
                 assert "resum" in (result.stdout + result.stderr).lower(), result.stdout
         return result
+
+    def short_run_checkpoint(self, words: list[str]) -> list[str]:
+        """`--resume_from` a checkpoint a short run cannot have: its newest one instead. The
+        ViT guide's `CONFIG --resume_from checkpoints/NAME.pth` stays in that form (the
+        config's run folder is trained first when the page has not)."""
+        index = words.index("--resume_from") + 1
+        if (self.work / words[index]).exists():
+            return words
+        guide_form = words[index].startswith("checkpoints/") and words[2].startswith("config/")
+        if guide_form:
+            run = f"runs/{Path(words[2]).stem}"
+            self.needed_runs(["trainforge", "train", run])
+            folder = self.work / run / "checkpoints"
+        else:
+            folder = (self.work / words[index]).parent
+        newest = max(folder.glob("checkpoint*/"), key=lambda p: p.stat().st_mtime)
+        shown = f"checkpoints/{newest.name}.pth" if guide_form else str(newest)
+        return [*words[:index], shown, *words[index + 1 :]]
 
     def needed_runs(self, words: list[str]) -> None:
         """Train config/NAME.yaml first when a command reads runs/NAME the page never made."""

@@ -102,6 +102,7 @@ class RunArgs:
     flags: dict[str, Any] = field(default_factory=dict)  # dotted field -> value
     sources: dict[str, str] = field(default_factory=dict)  # dotted field -> "flag --name"
     resume: str | None = None
+    resume_flag: str = "--resume"  # as typed: --resume, --resume_from, --resume_from_checkpoint
     world_size: int | None = None
     help: bool = False
     files: list[Path] = field(default_factory=list)  # extra positionals (validate)
@@ -166,7 +167,7 @@ def _one_flag(
             args.resume = "auto"
             return i
         value, i = _take(argv, i, name, inline)
-        args.resume = value
+        args.resume, args.resume_flag = value, f"--{name}"
     elif name in ("config", "profile", "set", "world_size", "report_to", "output-name"):
         value, i = _take(argv, i, name, inline)
         _special(args, name, value)

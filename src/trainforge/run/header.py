@@ -77,13 +77,19 @@ def validation_line(config: RunConfig, trainer: Any) -> str:
 
 
 def warn_space(folder: RunFolder, config: RunConfig, trainer: Any) -> None:
-    """One line at start when the disk cannot hold the checkpoints the run will keep."""
+    """The disk the checkpoints the run keeps will need (one line at start), and a warning
+    line when the disk cannot hold them."""
     from trainforge.doctor.checks import checkpoints_kept
     from trainforge.engine import checkpoint as ckpt
+    from trainforge.storage import free_bytes, size_text
 
-    line = ckpt.space_warning(
-        folder.path, ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    one, kept = ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    free = free_bytes(folder.path)
+    print(
+        f"disk: checkpoints need about {size_text(one * kept)} ({kept} kept at most x "
+        f"{size_text(one)})" + (f", {size_text(free)} free" if free is not None else "")
     )
+    line = ckpt.space_warning(folder.path, one, kept)
     if line:
         print(line)
 
