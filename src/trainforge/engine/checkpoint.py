@@ -366,7 +366,7 @@ def library_versions() -> dict[str, str]:
 
 def write_run_meta(root: Path, meta: Mapping[str, Any]) -> None:
     """Atomically (re)write `checkpoint_meta.json` beside the checkpoint folders."""
-    # The HRM optimisation notes' keys (best_val_loss, best_val_step, best_epoch,
+    # The training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch,
     # config_hash, timestamp) beside the best value of metric_for_best_model.
     keys = (
         "best_val_loss", "best_val_step", "best_epoch", "config_hash", "timestamp",

@@ -32,10 +32,24 @@ def export_command(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Parent folder (default RUN/export).")
     ] = None,
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (Jetson JetPack 5: 17).")] = 18,
+    opset: Annotated[
+        int, typer.Option("--opset", help="ONNX opset, 11 to 23 (Jetson JetPack 5: 17).")
+    ] = 18,
     exporter: Annotated[
-        str, typer.Option("--exporter", help="torch.onnx exporter: dynamo or torchscript.")
-    ] = "dynamo",
+        str,
+        typer.Option(
+            "--exporter",
+            help="torch.onnx exporter: auto (dynamo from opset 18, torchscript below), dynamo "
+            "or torchscript.",
+        ),
+    ] = "auto",
+    input_name: Annotated[
+        str | None, typer.Option("--input-name", help="ONNX input tensor name (default images).")
+    ] = None,
+    output_name: Annotated[
+        str | None,
+        typer.Option("--output-name", help="ONNX output tensor name (default logits)."),
+    ] = None,
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Max |ONNX - PyTorch| on validation samples.")
     ] = 1e-4,
@@ -68,6 +82,8 @@ def export_command(
         output=output,
         opset=opset,
         exporter=exporter,
+        input_name=input_name,
+        output_name=output_name,
         tolerance=tolerance,
         calibration_batches=calibration_batches,
         sparsity=sparsity,
