@@ -25,11 +25,11 @@ How each kind of command is exercised:
   the tiny CIFAR-10 written in the real format by the `tiny_cifar` fixture instead of
   downloading; a `--resume_from` path that such a short run cannot have
   (`checkpoint_epoch_50`) becomes that run's newest checkpoint, in the ViT guide's form
-  `CONFIG --resume_from checkpoints/NAME.pth` when the page writes it so; a command reading `runs/NAME`
-  that the page never trained first trains `config/NAME.yaml` the same short way; placeholders
-  in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl` lines against
-  it run on a free port, and the server must answer HTTP before it is stopped; `make demo`
-  runs its Makefile recipe; `torchrun` runs its processes (Gloo on CPU);
+  `CONFIG --resume_from checkpoints/NAME.pth` when the page writes it so; a command reading
+  `runs/NAME` that the page never trained first trains `config/NAME.yaml` the same short way;
+  placeholders in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl`
+  lines against it run on a free port, and the server must answer HTTP before it is stopped;
+  `make demo` runs its Makefile recipe; `torchrun` runs its processes (Gloo on CPU);
   `scripts/build_g2p_dataset.py` writes to a temporary folder, which must equal the shipped
   `example_datasets/g2p/`; `benchmarks/g2p.py` gets a 3 s budget.
 
