@@ -33,6 +33,11 @@ How each kind of command is exercised:
   `scripts/build_g2p_dataset.py` writes to a temporary folder, which must equal the shipped
   `example_datasets/g2p/`; `benchmarks/g2p.py` gets a 3 s budget.
 
+Printed lines: a page that quotes a command's output (PRINTED) must still quote it, and the
+command must print it where it runs (quick commands, page runs); the two quotes whose
+commands are slow here (a 2-process torchrun, CIFAR-10 offline) are also checked in the
+default suite, through the same planning code and the same command with the network cut.
+
 The module is over 400 lines because the parser, the marker rules and one runner per kind of
 command belong together: each rule is only meaningful next to the others.
 """
@@ -74,6 +79,38 @@ PLACEHOLDERS = {
     "models/NAME": "models/tiny",
     "my_data.jsonl": "example_datasets/jetson_training.json",
 }
+# Lines a page quotes from a command's output: (page, the command as the page shows it, or
+# None when the page quotes an error no command of its own prints; the quoted text). The
+# quote must be on its page (whitespace as rendered), and the command, wherever it runs here
+# (quick commands, page runs, or the focused tests below), must print it.
+PRINTED: list[tuple[str, str | None, str]] = [
+    (
+        "docs/hpc_training.md",
+        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "batch: 32 x 1 accumulation x 2 processes = 64",
+    ),
+    (
+        "docs/distributed.md",
+        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "batch: 32 x 1 accumulation x 2 processes = 64",
+    ),
+    (
+        "docs/llm_finetuning.md",
+        "trainforge train config/jetson_training.json --base-model models/NAME --output-name "
+        "my-model",
+        "train: 286 records -> 286 examples, 0 truncated to max_seq_length=512, 0 dropped",
+    ),
+    (
+        "docs/coming_from.md",
+        "trainforge profiles template cpu",
+        "# text: training records (.json, .jsonl, .tsv or .csv).",
+    ),
+    (
+        "docs/data.md",
+        None,
+        "or run again when online (data.download is already true)",
+    ),
+]
 QUICK_TRAINFORGE = {"validate", "config", "profiles", "detect", "doctor", "jetson-wheel", "slurm"}
 WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve"}
 # A 2-step run cannot hold a config's warmup (e.g. g2p_cmudict.yaml's 200 steps).
@@ -269,6 +306,66 @@ def test_known_failures_are_documented_commands() -> None:
     assert set(KNOWN_FAILURES) <= texts
 
 
+def rendered(page: str) -> str:
+    """The page's text with runs of whitespace as one space (a quote may wrap)."""
+    return " ".join((REPO / page).read_text(encoding="utf-8").split())
+
+
+def quoted_lines(command: Command) -> list[str]:
+    """What the command's page quotes of its output (PRINTED)."""
+    return [q for page, text, q in PRINTED if page == command.page and text == command.text]
+
+
+def assert_prints_the_quotes(command: Command, output: str) -> None:
+    for quote in quoted_lines(command):
+        assert quote in output, (
+            f"{command.page} quotes {quote!r}; {command.text} printed:\n{output}"
+        )
+
+
+def test_printed_quotes_are_on_their_pages_with_their_commands() -> None:
+    texts = {(c.page, c.text) for c in UNMARKED}
+    for page, command, quote in PRINTED:
+        assert quote in rendered(page), f"{page} no longer quotes {quote!r}"
+        if command is not None:
+            assert (page, command) in texts, f"{page} shows no unmarked command {command!r}"
+
+
+def test_the_quoted_two_process_batch_is_the_plan() -> None:
+    """The start line's batch for `torchrun --nproc-per-node 2 ... config/vit_digits.yaml`,
+    planned as that run plans it (the run itself is in the page runs, slow)."""
+    from trainforge.config import validate
+    from trainforge.run.header import batch_text
+
+    resolved = validate(REPO / "config/vit_digits.yaml", world_size=2, for_profile=True)
+    line = batch_text(resolved.config.training, 2)
+    quotes = {q for _, c, q in PRINTED if c and "--nproc-per-node 2" in c and "batch:" in q}
+    assert quotes == {line}
+
+
+def test_the_quoted_cifar10_offline_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/data.md's line for CIFAR-10 missing with data.download already true, offline:
+    torchvision's download raises what urllib raises without a network."""
+    from torchvision.datasets import CIFAR10
+
+    def offline(self) -> None:
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(CIFAR10, "download", offline)
+    root = tmp_path / "cifar10"
+    words = [
+        "trainforge", "train", "config/vit_cifar10.yaml", "--profile", "cpu",
+        "--set", f"data.root={root}", "--set", "data.download=true",
+        "--set", f"output.dir={tmp_path / 'runs'}",
+    ]  # fmt: skip
+    result = run_trainforge(words, monkeypatch, capsys, REPO)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    (quote,) = [q for page, _, q in PRINTED if page == "docs/data.md"]
+    assert quote in line and "set data.download=true" not in line
+    assert not (tmp_path / "runs").exists()
+
+
 # --- the quick commands (default suite) ---------------------------------------------------
 
 QUICK = [c for c in UNMARKED if plan(c) == "quick"]
@@ -341,6 +438,7 @@ def test_quick_command_runs(command: Command, monkeypatch, capsys) -> None:
     else:
         assert result.returncode == 0, f"{command.label}\n{output}"
         assert result.stdout.strip(), f"{command.text} printed nothing"
+    assert_prints_the_quotes(command, output)
 
 
 # --- the page runs (slow): training, writing and serving commands, in page order -----------
@@ -554,5 +652,6 @@ def test_page_commands_run(page: str, tmp_path: Path, tiny_cifar, monkeypatch, c
             assert result.returncode == 0, f"{command.label}\n{output}"
             assert "Traceback" not in output, f"{command.label}\n{output}"
             assert result.stdout.strip(), f"{command.label} printed nothing"
+            assert_prints_the_quotes(command, output)
     finally:
         runner.finish()
