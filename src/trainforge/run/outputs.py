@@ -50,13 +50,13 @@ NOTHING_TO_TRAIN = "nothing to train"
 
 
 def nothing_to_train(folder: RunFolder, start_from: Path | None, config: Any) -> RunSummary | None:
-    """A resumed run already at or past training.max_steps trains nothing: one line says so
-    (rank 0), and the run ends before anything is built or written."""
+    """A resumed run already past a lowered training.max_steps trains nothing: one line says
+    so (rank 0), and the run ends before anything is built or written."""
     target = config.training.max_steps
     if start_from is None or target <= 0:
         return None
     step = int(ckpt.read_meta(start_from).get("global_step", 0))
-    if step < target:
+    if step <= target:  # at the end: fit() finishes the outputs as a finished run does
         return None
     if parallel.context().is_main:
         print(
