@@ -45,7 +45,8 @@ SPECIAL = {
     "profile": "hardware profile name or file, or auto",
     "set": "any field: --set training.seed=1 (repeatable)",
     "resume": "continue a run: --resume runs/NAME (or a checkpoint folder, or auto)",
-    "resume_from": "same as --resume (the ViT training guide's name)",
+    "resume_from": "same as --resume (the ViT training guide's name); with CONFIG, "
+    "checkpoints/NAME.pth is looked for in the config's run folder",
     "resume_from_checkpoint": "same as --resume; without a value, this run's newest checkpoint",
     "overwrite": "start afresh where a run already is (its folder is replaced)",
     "report_to": "trackers (registered loggers, comma-separated), all or none",
