@@ -22,8 +22,9 @@
 # Exit codes: 0 done (or dry run printed), 2 bad input or nothing known for this CUDA/arch.
 set -euo pipefail
 
-REDIST="https://developer.download.nvidia.com/compute/cusparselt/redist/libcusparse_lt"
-# Hidden for tests: read /etc and /usr/local/cuda under another root.
+# Hidden for tests: another download server (CUSPARSELT_REDIST), and /etc and /usr/local/cuda
+# read under another root (CUSPARSELT_ROOT).
+REDIST="${CUSPARSELT_REDIST:-https://developer.download.nvidia.com/compute/cusparselt/redist/libcusparse_lt}"
 ROOT="${CUSPARSELT_ROOT:-}"
 DRY_RUN=0
 CUDA="${CUDA_VERSION:-}"
@@ -185,6 +186,24 @@ step() {
     fi
 }
 
+# Download $1 to $2; a failure ends on one line naming the server and curl's reason (its
+# retry notices stay quiet).
+download() {
+    local url="$1" out="$2" host reason
+    if [ "$DRY_RUN" = 1 ]; then
+        step curl --fail --location --retry 3 --output "$out" "$url"
+        return 0
+    fi
+    host="${url#*://}"
+    host="${host%%/*}"
+    if ! reason="$(curl --fail --location --retry 3 --silent --show-error \
+        --output "$out" "$url" 2>&1)"; then
+        reason="$(tail -n 1 <<<"$reason")"
+        die "cannot reach $host to download $(basename "$url") (${reason:-curl failed})" \
+            "check the network, or download $url on a machine that is online and pass --archive FILE"
+    fi
+}
+
 main() {
     parse_args "$@"
     detect_cuda
@@ -221,7 +240,7 @@ main() {
         [ "$DRY_RUN" = 1 ] || [ -f "$ARCHIVE" ] || die "archive $ARCHIVE not found" "check the path"
         archive="$ARCHIVE"
     else
-        step curl --fail --location --retry 3 --output "$archive" "$url"
+        download "$url" "$archive"
     fi
     step tar -xJf "$archive" -C "$work"
     if [ "$DRY_RUN" != 1 ] && ! [ -d "$work/$name/lib" ]; then

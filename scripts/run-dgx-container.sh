@@ -87,6 +87,22 @@ docker_args() {
     if [ ${#COMMAND[@]} -gt 0 ]; then ARGS+=("${COMMAND[@]}"); else ARGS+=(bash); fi
 }
 
+# The Docker daemon answers, or one line says why not: not running, or not this user's to use
+# (without this, a stopped daemon would read as "image not found").
+check_daemon() {
+    local out reason
+    out="$(docker info --format '{{.ServerVersion}}' 2>&1)" && return 0
+    reason="$(grep -v '^[[:space:]]*$' <<<"$out" | tail -n 1 | cut -c 1-200)"
+    case "$out" in
+        *"ermission denied"*)
+            die "this user may not use the Docker daemon (docker info: ${reason})" \
+                "add the user to the docker group (sudo usermod -aG docker \$USER, then log in again)" ;;
+        *)
+            die "the Docker daemon is not running (docker info: ${reason:-no answer})" \
+                "start it (sudo systemctl start docker) and run this again" ;;
+    esac
+}
+
 main() {
     parse_args "$@"
     docker_args
@@ -98,6 +114,7 @@ main() {
     fi
     command -v docker >/dev/null 2>&1 ||
         die "docker is not installed" "install Docker (docs/dgx_spark.md, 'Docker: command not found')"
+    check_daemon
     docker image inspect "$IMAGE" >/dev/null 2>&1 ||
         die "image $IMAGE not found" "docker build -f Dockerfile.dgx-spark -t $IMAGE ."
     # Create the mounted folders as this user; docker would create missing ones as root.

@@ -9,8 +9,24 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("src", "docs", "scripts", "config", "README.md")
-SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".sh", ".txt", ".toml", ".html", ".js", ""}
+SHIPPED = (
+    "src", "docs", "scripts", "config", "README.md", "Dockerfile.dgx-spark", ".devcontainer",
+    "install_cusparselt.sh", "Makefile", "pyproject.toml",
+)  # fmt: skip
+SUFFIXES = {
+    ".py",
+    ".md",
+    ".yaml",
+    ".yml",
+    ".json",
+    ".sh",
+    ".txt",
+    ".toml",
+    ".html",
+    ".js",
+    ".dgx-spark",
+    "",
+}
 # "seeds/001", "seed 002", "the seed notes", "HRM training notes", "the seed's pipeline".
 INTERNAL = re.compile(
     r"seeds?/0\d\d|\bseed 0\d\d\b|\bseed notes\b|\bHRM\b|\bthe seeds\b|\bseed's\b|\bseeds §",
@@ -34,6 +50,7 @@ def test_the_scan_reads_code_docs_profiles_and_scripts():
     assert "README.md" in names and "src/trainforge/cli.py" in names
     assert "src/trainforge/profiles/jetson-orin.yaml" in names
     assert "scripts/run-dgx-container.sh" in names and "config/g2p_cmudict.yaml" in names
+    assert "Dockerfile.dgx-spark" in names and "install_cusparselt.sh" in names
 
 
 def test_the_pattern_catches_internal_names():

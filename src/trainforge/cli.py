@@ -113,13 +113,9 @@ def _resolve_run(args, platform, world_size: int, **check: object):
     resume, recorded, config_path, profile = args.resume, None, args.config, args.profile
     flags = dict(args.flags)
     if resume not in (None, "auto"):
-        found = find_run(resume)
+        found = find_run(resume) or _in_config_run(args, resume, platform)
         if found is None:
-            what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
-            raise UserError(
-                f"--resume {resume}: {what}",
-                "pass a run folder such as runs/NAME (see `ls runs`), or auto",
-            )
+            _resume_not_found(args, resume, platform)
         folder, checkpoint = found
         resume = str(checkpoint) if checkpoint else "auto"
         if folder.is_run():
@@ -181,6 +177,53 @@ def _steps_done(resolved, resume: str | None, more: int) -> int:
     return done + more
 
 
+def _config_run_folder(args, platform):
+    """The run folder the named config (with its flags) writes to; None without a config."""
+    from trainforge.config import load
+    from trainforge.hardware import pick_profile
+    from trainforge.runfolder import for_config
+
+    if args.config is None:
+        return None
+    resolved = load(
+        args.config,
+        profile=args.profile,
+        overrides=args.overrides,
+        flags=args.flags,
+        flag_sources=args.sources,
+        pick_auto_profile=lambda: pick_profile(platform),
+    )
+    out = resolved.config.output
+    return for_config(out.dir, out.run_name, resolved.path)
+
+
+def _in_config_run(args, resume: str, platform):
+    """The ViT training guide's `CONFIG --resume_from checkpoints/NAME.pth`: a relative
+    path is also looked for in the config's run folder."""
+    from trainforge.runfolder import find_run
+
+    if Path(resume).is_absolute() or Path(resume).exists():
+        return None
+    folder = _config_run_folder(args, platform)
+    return find_run(str(folder.path / resume)) if folder else None
+
+
+def _resume_not_found(args, resume: str, platform) -> None:
+    """One line naming the flag as typed, the path, and where a checkpoint could be."""
+    what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
+    folder = None if Path(resume).is_absolute() else _config_run_folder(args, platform)
+    if folder is None:
+        raise UserError(
+            f"{args.resume_flag} {resume}: {what}",
+            "pass a run folder such as runs/NAME (see `ls runs`), or auto",
+        )
+    raise UserError(
+        f"{args.resume_flag} {resume}: {what} (nor in {folder.path}, this config's run folder)",
+        f"pick one of `ls {folder.checkpoints}`, or resume the newest with "
+        f"{args.resume_flag} {folder.path}",
+    )
+
+
 def _enter_start_dir(record: dict, folder, checkpoint: Path | None):
     """Work where the run started, so the relative paths in its config (data, models) mean
     what they meant then; (the run folder, what to resume) as absolute paths."""
@@ -203,15 +246,22 @@ def _print_changes(folder, args) -> None:
         print(f"resuming {folder.path} with changed values: " + "; ".join(given))
 
 
+def _count(number: int, noun: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _print_summary(summary) -> None:
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
         return
     from trainforge.runfolder import RunFolder
 
+    if summary.stop_reason == "nothing to train":  # said in one line already
+        return
     folder = RunFolder(summary.run_dir)
     metrics = summary.final_metrics
     print(
-        f"done: {summary.stop_reason} after {summary.global_step} steps "
+        f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
         f"in {summary.train_time_s:.1f} s of training"
     )
     if "accuracy" in metrics:
@@ -257,6 +307,14 @@ def validate_cmd(ctx: typer.Context) -> None:
         raise typer.Exit(2)
 
 
+def _shown(value: object) -> str:
+    """A value on one line: null, or text with newlines and tabs written as \\n and \\t."""
+    if value is None:
+        return "null"
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
 @config_app.command("show", context_settings=_FORWARD, add_help_option=False)
 def config_show(ctx: typer.Context) -> None:
     """Print the resolved config and plan, and where every value came from: `config show
@@ -282,8 +340,7 @@ def config_show(ctx: typer.Context) -> None:
     width = max(len(k) for k in resolved.sources)
     for path, source in resolved.sources.items():
         value = get_dotted(resolved.config, path)
-        shown = "null" if value is None else value
-        print(f"{path:<{width}}  {shown!s:<24}  # {source}")
+        print(f"{path:<{width}}  {_shown(value):<24}  # {source}")
 
 
 @profiles_app.callback(invoke_without_command=True)

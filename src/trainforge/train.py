@@ -90,6 +90,8 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     folder = run_folder_for(resolved)
     main = parallel.context().is_main
     start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
+    if idle := outputs.nothing_to_train(folder, start_from, resolved.config):
+        return idle
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
     # Another run's weights, found before any data loads; a resumed run has them already.
     source = None if start_from else init_from.locate(resolved.config)

@@ -52,7 +52,13 @@ def test_every_part_is_registered_once_in_restore_order_and_saved_by_name(
     assert set(state) == {*PARTS, "world_size", "per_rank"} - {"model"}
     assert model_state.keys() == trainer.model.state_dict().keys()
     assert state["trainer"]["global_step"] == 2 and "best_metric" not in state["trainer"]
-    assert set(state["best"]) == {"best_metric", "best_step", "best_epoch", "best_fast"}
+    assert set(state["best"]) == {
+        "best_metric",
+        "best_step",
+        "best_epoch",
+        "best_loss",
+        "best_fast",
+    }
 
 
 def test_a_part_registered_once_is_saved_and_restored(tmp_path, points_task, points_config):

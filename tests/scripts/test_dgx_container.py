@@ -129,12 +129,24 @@ def test_unknown_option_is_one_line_and_exit_2() -> None:
     assert "unknown option '--gpu'" in line and "Fix: put the command after --" in line
 
 
-def fake_docker(bin_dir: Path, log: Path, *, image_exists: bool = True) -> None:
-    """A `docker` that records its arguments and the WANDB_API_KEY it received."""
+# What the docker client prints when its daemon is down (Docker 24+).
+DAEMON_DOWN = (
+    "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+    "Is the docker daemon running?"
+)
+
+
+def fake_docker(
+    bin_dir: Path, log: Path, *, image_exists: bool = True, daemon: str | None = None
+) -> None:
+    """A `docker` that records its arguments and the WANDB_API_KEY it received; `daemon` is
+    what `docker info` prints when its daemon does not answer (None: it answers)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "docker"
+    info = "echo 27.0.3; exit 0" if daemon is None else f"echo {shlex.quote(daemon)} >&2; exit 1"
     script.write_text(
         "#!/bin/bash\n"
+        f'if [ "$1" = info ]; then {info}; fi\n'
         f'if [ "$1" = image ]; then exit {0 if image_exists else 1}; fi\n'
         f'printf "%s\\n" "$@" > "{log}"\n'
         f'printf "%s" "${{WANDB_API_KEY:-}}" > "{log}.key"\n'
@@ -171,6 +183,32 @@ def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "docker build -f Dockerfile.dgx-spark -t trainforge-dgx-spark ." in result.stderr
+    assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize(
+    ("daemon", "said", "fix"),
+    [
+        (DAEMON_DOWN, "the Docker daemon is not running", "sudo systemctl start docker"),
+        (
+            "permission denied while trying to connect to the Docker daemon socket at "
+            "unix:///var/run/docker.sock",
+            "this user may not use the Docker daemon",
+            "usermod -aG docker",
+        ),
+    ],
+    ids=["daemon-down", "no-permission"],
+)
+def test_a_daemon_that_does_not_answer_is_named(tmp_path: Path, daemon, said, fix) -> None:
+    # The image is missing too: the daemon is the real problem and is named first.
+    fake_docker(tmp_path / "bin", tmp_path / "log", image_exists=False, daemon=daemon)
+    result = launch(
+        env={"HOME": str(tmp_path)}, path=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"run-dgx-container.sh: {said} (docker info: ") and fix in line
+    assert "not found" not in line and "docker build" not in line
     assert not (tmp_path / "log").exists()
 
 

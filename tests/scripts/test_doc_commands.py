@@ -24,13 +24,19 @@ How each kind of command is exercised:
   `--batch_size auto`) and, for a fresh run, `output.overwrite=true`; CIFAR-10 configs read
   the tiny CIFAR-10 written in the real format by the `tiny_cifar` fixture instead of
   downloading; a `--resume_from` path that such a short run cannot have
-  (`checkpoint_epoch_50`) becomes that run's newest checkpoint; a command reading `runs/NAME`
-  that the page never trained first trains `config/NAME.yaml` the same short way; placeholders
-  in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl` lines against
-  it run on a free port, and the server must answer HTTP before it is stopped; `make demo`
-  runs its Makefile recipe; `torchrun` runs its processes (Gloo on CPU);
+  (`checkpoint_epoch_50`) becomes that run's newest checkpoint, in the ViT guide's form
+  `CONFIG --resume_from checkpoints/NAME.pth` when the page writes it so; a command reading
+  `runs/NAME` that the page never trained first trains `config/NAME.yaml` the same short way;
+  placeholders in PLACEHOLDERS get the value named there; `trainforge serve` and the `curl`
+  lines against it run on a free port, and the server must answer HTTP before it is stopped;
+  `make demo` runs its Makefile recipe; `torchrun` runs its processes (Gloo on CPU);
   `scripts/build_g2p_dataset.py` writes to a temporary folder, which must equal the shipped
   `example_datasets/g2p/`; `benchmarks/g2p.py` gets a 3 s budget.
+
+Printed lines: a page that quotes a command's output (PRINTED) must still quote it, and the
+command must print it where it runs (quick commands, page runs); the two quotes whose
+commands are slow here (a 2-process torchrun, CIFAR-10 offline) are also checked in the
+default suite, through the same planning code and the same command with the network cut.
 
 The module is over 400 lines because the parser, the marker rules and one runner per kind of
 command belong together: each rule is only meaningful next to the others.
@@ -73,11 +79,45 @@ PLACEHOLDERS = {
     "models/NAME": "models/tiny",
     "my_data.jsonl": "example_datasets/jetson_training.json",
 }
+# Lines a page quotes from a command's output: (page, the command as the page shows it, or
+# None when the page quotes an error no command of its own prints; the quoted text). The
+# quote must be on its page (whitespace as rendered), and the command, wherever it runs here
+# (quick commands, page runs, or the focused tests below), must print it.
+PRINTED: list[tuple[str, str | None, str]] = [
+    (
+        "docs/hpc_training.md",
+        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "batch: 32 x 1 accumulation x 2 processes = 64",
+    ),
+    (
+        "docs/distributed.md",
+        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "batch: 32 x 1 accumulation x 2 processes = 64",
+    ),
+    (
+        "docs/llm_finetuning.md",
+        "trainforge train config/jetson_training.json --base-model models/NAME --output-name "
+        "my-model",
+        "train: 286 records -> 286 examples, 0 truncated to max_seq_length=512, 0 dropped",
+    ),
+    (
+        "docs/coming_from.md",
+        "trainforge profiles template cpu",
+        "# text: training records (.json, .jsonl, .tsv or .csv).",
+    ),
+    (
+        "docs/data.md",
+        None,
+        "or run again when online (data.download is already true)",
+    ),
+]
 QUICK_TRAINFORGE = {"validate", "config", "profiles", "detect", "doctor", "jetson-wheel", "slurm"}
 WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve"}
 # A 2-step run cannot hold a config's warmup (e.g. g2p_cmudict.yaml's 200 steps).
 TRAIN_SUFFIX = ("--set", "checkpoint.save_steps=2", "--set", "schedule.warmup_steps=0")
 SMALL_BATCH = ("--set", "training.per_device_train_batch_size=16")
+# Platform scripts: those under scripts/, and the one the Jetson guide runs from the root.
+ROOT_SCRIPTS = ("scripts/", "install_cusparselt.sh")
 # Entries of the checkout that page runs must not touch (they get fresh ones).
 USER_CONTENT = {"runs", "models", "data", "outputs", ".git", ".venv"}
 
@@ -211,7 +251,7 @@ def plan(command: Command) -> str | None:
             return "quick"
         if rest[0] in WRITING_TRAINFORGE or rest[:2] == ["models", "init"]:
             return "page"
-    script = next((w for w in words[:2] if w.removeprefix("./").startswith("scripts/")), None)
+    script = next((w for w in words[:2] if w.removeprefix("./").startswith(ROOT_SCRIPTS)), None)
     if script == "scripts/build_g2p_dataset.py":
         return "page"
     if script is not None and head in ("python", "python3", "bash", script):
@@ -264,6 +304,66 @@ def test_pending_markers_are_still_needed() -> None:
 def test_known_failures_are_documented_commands() -> None:
     texts = {c.text for c in UNMARKED}
     assert set(KNOWN_FAILURES) <= texts
+
+
+def rendered(page: str) -> str:
+    """The page's text with runs of whitespace as one space (a quote may wrap)."""
+    return " ".join((REPO / page).read_text(encoding="utf-8").split())
+
+
+def quoted_lines(command: Command) -> list[str]:
+    """What the command's page quotes of its output (PRINTED)."""
+    return [q for page, text, q in PRINTED if page == command.page and text == command.text]
+
+
+def assert_prints_the_quotes(command: Command, output: str) -> None:
+    for quote in quoted_lines(command):
+        assert quote in output, (
+            f"{command.page} quotes {quote!r}; {command.text} printed:\n{output}"
+        )
+
+
+def test_printed_quotes_are_on_their_pages_with_their_commands() -> None:
+    texts = {(c.page, c.text) for c in UNMARKED}
+    for page, command, quote in PRINTED:
+        assert quote in rendered(page), f"{page} no longer quotes {quote!r}"
+        if command is not None:
+            assert (page, command) in texts, f"{page} shows no unmarked command {command!r}"
+
+
+def test_the_quoted_two_process_batch_is_the_plan() -> None:
+    """The start line's batch for `torchrun --nproc-per-node 2 ... config/vit_digits.yaml`,
+    planned as that run plans it (the run itself is in the page runs, slow)."""
+    from trainforge.config import validate
+    from trainforge.run.header import batch_text
+
+    resolved = validate(REPO / "config/vit_digits.yaml", world_size=2, for_profile=True)
+    line = batch_text(resolved.config.training, 2)
+    quotes = {q for _, c, q in PRINTED if c and "--nproc-per-node 2" in c and "batch:" in q}
+    assert quotes == {line}
+
+
+def test_the_quoted_cifar10_offline_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/data.md's line for CIFAR-10 missing with data.download already true, offline:
+    torchvision's download raises what urllib raises without a network."""
+    from torchvision.datasets import CIFAR10
+
+    def offline(self) -> None:
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(CIFAR10, "download", offline)
+    root = tmp_path / "cifar10"
+    words = [
+        "trainforge", "train", "config/vit_cifar10.yaml", "--profile", "cpu",
+        "--set", f"data.root={root}", "--set", "data.download=true",
+        "--set", f"output.dir={tmp_path / 'runs'}",
+    ]  # fmt: skip
+    result = run_trainforge(words, monkeypatch, capsys, REPO)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    (quote,) = [q for page, _, q in PRINTED if page == "docs/data.md"]
+    assert quote in line and "set data.download=true" not in line
+    assert not (tmp_path / "runs").exists()
 
 
 # --- the quick commands (default suite) ---------------------------------------------------
@@ -338,6 +438,7 @@ def test_quick_command_runs(command: Command, monkeypatch, capsys) -> None:
     else:
         assert result.returncode == 0, f"{command.label}\n{output}"
         assert result.stdout.strip(), f"{command.text} printed nothing"
+    assert_prints_the_quotes(command, output)
 
 
 # --- the page runs (slow): training, writing and serving commands, in page order -----------
@@ -432,11 +533,7 @@ class PageRun:
         if not resumes:
             suffix += ["--set", "output.overwrite=true"]
         if "--resume_from" in words:
-            index = words.index("--resume_from") + 1
-            if not (self.work / words[index]).exists():
-                folder = (self.work / words[index]).parent
-                newest = max(folder.glob("checkpoint*/"), key=lambda p: p.stat().st_mtime)
-                words = [*words[:index], str(newest), *words[index + 1 :]]
+            words = self.short_run_checkpoint(words)
         if "cifar10" in " ".join(words):
             suffix += ["--set", f"data.root={self.cifar_root}", "--set", "data.download=false"]
         result = self.trainforge([*words, *suffix])
@@ -445,6 +542,24 @@ class PageRun:
             if resumes:
                 assert "resum" in (result.stdout + result.stderr).lower(), result.stdout
         return result
+
+    def short_run_checkpoint(self, words: list[str]) -> list[str]:
+        """`--resume_from` a checkpoint a short run cannot have: its newest one instead. The
+        ViT guide's `CONFIG --resume_from checkpoints/NAME.pth` stays in that form (the
+        config's run folder is trained first when the page has not)."""
+        index = words.index("--resume_from") + 1
+        if (self.work / words[index]).exists():
+            return words
+        guide_form = words[index].startswith("checkpoints/") and words[2].startswith("config/")
+        if guide_form:
+            run = f"runs/{Path(words[2]).stem}"
+            self.needed_runs(["trainforge", "train", run])
+            folder = self.work / run / "checkpoints"
+        else:
+            folder = (self.work / words[index]).parent
+        newest = max(folder.glob("checkpoint*/"), key=lambda p: p.stat().st_mtime)
+        shown = f"checkpoints/{newest.name}.pth" if guide_form else str(newest)
+        return [*words[:index], shown, *words[index + 1 :]]
 
     def needed_runs(self, words: list[str]) -> None:
         """Train config/NAME.yaml first when a command reads runs/NAME the page never made."""
@@ -537,5 +652,6 @@ def test_page_commands_run(page: str, tmp_path: Path, tiny_cifar, monkeypatch, c
             assert result.returncode == 0, f"{command.label}\n{output}"
             assert "Traceback" not in output, f"{command.label}\n{output}"
             assert result.stdout.strip(), f"{command.label} printed nothing"
+            assert_prints_the_quotes(command, output)
     finally:
         runner.finish()

@@ -233,3 +233,34 @@ def test_help_lists_every_option() -> None:
     for option in ("--dry-run", "--cuda", "--arch", "--version", "--archive", "--prefix"):
         assert option in result.stdout
     assert os.access(SCRIPT, os.X_OK)
+
+
+def test_an_unreachable_server_ends_on_one_line(tmp_path: Path) -> None:
+    """Offline, the script ends on one line naming the server it cannot reach and the fix,
+    not on curl's retry notices. A closed local port stands in for the network: curl fails
+    to connect the way it does without one (nothing listens on port 1)."""
+    prefix = tmp_path / "cuda"
+    result = run(
+        "--cuda", "12.6", "--arch", "x86_64", "--prefix", str(prefix), "--no-ldconfig",
+        env={"CUSPARSELT_REDIST": "http://127.0.0.1:1/redist"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("install_cusparselt.sh: cannot reach 127.0.0.1:1 to download ")
+    assert "pass --archive FILE" in line and "Will retry" not in result.stderr
+    assert not (prefix / "lib64").exists()
+
+
+def test_the_jetson_guides_command_runs_from_the_project_root() -> None:
+    """`bash install_cusparselt.sh`, as the Jetson guide writes it, from the project root."""
+    base = {k: v for k, v in os.environ.items() if k not in ("CUDA_VERSION", "TARGETARCH")}
+    result = subprocess.run(
+        ["bash", "install_cusparselt.sh", "--dry-run", "--cuda", "12.6", "--arch", "jetson"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, env=base,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert archive_line(result.stdout) == "libcusparse_lt-linux-aarch64-0.6.3.2-archive.tar.xz"
+    help_text = subprocess.run(
+        ["bash", "install_cusparselt.sh", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert "--archive F" in help_text.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainforge.config.checks import check, image_shape
-from trainforge.config.errors import ConfigError
+from trainforge.config.errors import ConfigError, blame_problem
 from trainforge.config.loading import GUIDE_FLAGS, ResolvedConfig, get_dotted, leaf_paths, load
 from trainforge.config.plan import Target, finalize, platform_target, profile_target
 from trainforge.config.schema import RunConfig
@@ -74,5 +74,6 @@ def validate(
     resolved = finalize(resolved, target, world_size)
     problems = check(resolved.config, target)
     if problems:
-        raise ConfigError([f"{label}: {p}" for p in problems])
+        sources, names = resolved.sources, resolved.file_names
+        raise ConfigError([blame_problem(p, label, sources, names) for p in problems])
     return resolved

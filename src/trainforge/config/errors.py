@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -84,6 +84,14 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _alias_word(word: str) -> str:
+    """The alias a word is, ignoring underscores (`batchsize` is `batch_size`)."""
+    if word in ALIASES:
+        return word
+    squashed = {alias.replace("_", ""): alias for alias in ALIASES}
+    return squashed.get(word.replace("_", ""), word)
+
+
 def suggest_path(key: str, candidates: Sequence[str]) -> str | None:
     """The nearest full dotted path for a key a user wrote (`optimizer.lr` ->
     `optimizer.learning_rate`): an alias users type, then a close leaf name in the same
@@ -92,7 +100,7 @@ def suggest_path(key: str, candidates: Sequence[str]) -> str | None:
     leaves = [c for c in candidates if "." in c]
     section, _, leaf = key.rpartition(".")
     word = leaf.lower().replace("-", "_")
-    targets = [t for t in ALIASES.get(word, ()) if t in known]
+    targets = [t for t in ALIASES.get(_alias_word(word), ()) if t in known]
     if targets:
         same = [t for t in targets if t.startswith(section + ".")] if section else []
         return (same or targets)[0]
@@ -137,7 +145,43 @@ def _known_paths() -> list[str]:
     return paths + sections
 
 
-def format_validation_error(err: ValidationError, label: str, data: Any) -> list[str]:
+def blame(path: str, label: str, sources: Mapping[str, str], names: Mapping[str, str]) -> str:
+    """Who set a value, as the user wrote it: the flag (`--max_steps: training.max_steps`),
+    else the file with the key it uses (`FILE: device_preference (training.device)`)."""
+    origin = sources.get(path, "")
+    if origin.startswith("flag "):
+        flag = origin.removeprefix("flag ")
+        flag = "--set" if flag.startswith("--set ") else flag
+        return f"{flag}: {path}"
+    if path in names and origin.startswith("file "):
+        return f"{label}: {names[path]} ({path})"
+    return f"{label}: {path}"
+
+
+def blame_problem(
+    problem: str, label: str, sources: Mapping[str, str], names: Mapping[str, str]
+) -> str:
+    """A cross-field rule's line (`training.device = 'cuda': ...`) blamed like a bad value:
+    on the flag that set the field, or on the file's own key for it."""
+    path = problem.split(" ", 1)[0].removesuffix(":")
+    if path not in sources:
+        return f"{label}: {problem}"
+    rest = problem[len(path) :]
+    if path in names and sources[path].startswith("file "):
+        rest = rest.replace(f"set {path}=", f"set {names[path]} to ")
+    return blame(path, label, sources, names) + rest
+
+
+def format_validation_error(
+    err: ValidationError,
+    label: str,
+    data: Any,
+    sources: Mapping[str, str] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> list[str]:
+    """One line per problem. `sources` (dotted path -> where the value came from) blames a
+    bad value on the flag that set it; `names` gives the file's own key for a field (the
+    Jetson guide's `device_preference` for training.device)."""
     lines = []
     for item in err.errors():
         loc = [p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
@@ -154,5 +198,6 @@ def format_validation_error(err: ValidationError, label: str, data: Any) -> list
         if kind == "value_error" and not loc:
             lines.append(f"{label}: {reason}")
         else:
-            lines.append(f"{label}: {path}{shown}: {reason}")
+            where = blame(path, label, sources or {}, names or {})
+            lines.append(f"{where}{shown}: {reason}")
     return lines

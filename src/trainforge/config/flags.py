@@ -45,7 +45,8 @@ SPECIAL = {
     "profile": "hardware profile name or file, or auto",
     "set": "any field: --set training.seed=1 (repeatable)",
     "resume": "continue a run: --resume runs/NAME (or a checkpoint folder, or auto)",
-    "resume_from": "same as --resume (the ViT training guide's name)",
+    "resume_from": "same as --resume (the ViT training guide's name); with CONFIG, "
+    "checkpoints/NAME.pth is looked for in the config's run folder",
     "resume_from_checkpoint": "same as --resume; without a value, this run's newest checkpoint",
     "overwrite": "start afresh where a run already is (its folder is replaced)",
     "report_to": "trackers (registered loggers, comma-separated), all or none",
@@ -103,6 +104,7 @@ class RunArgs:
     flags: dict[str, Any] = field(default_factory=dict)  # dotted field -> value
     sources: dict[str, str] = field(default_factory=dict)  # dotted field -> "flag --name"
     resume: str | None = None
+    resume_flag: str = "--resume"  # as typed: --resume, --resume_from, --resume_from_checkpoint
     world_size: int | None = None
     help: bool = False
     files: list[Path] = field(default_factory=list)  # extra positionals (validate)
@@ -169,7 +171,7 @@ def _one_flag(
             args.resume = "auto"
             return i
         value, i = _take(argv, i, name, inline)
-        args.resume = value
+        args.resume, args.resume_flag = value, f"--{name}"
     elif name == "extension":
         value, i = _take(argv, i, name, inline)
         args.flags.setdefault("extensions", []).append(value)

@@ -43,6 +43,13 @@ def is_guide_profile(data: Mapping[str, Any]) -> bool:
     return "training_arguments" in data or any(key in data for key in GUIDE_KEYS)
 
 
+def guide_names(data: Mapping[str, Any]) -> dict[str, str]:
+    """Run config field -> the guide key a guide-shaped file set it with (for messages)."""
+    if not is_guide_profile(data):
+        return {}
+    return {path: key for key, path in GUIDE_KEYS.items() if key in data}
+
+
 def training_argument_fields() -> dict[str, str]:
     """TrainingArguments-style name -> dotted field, for every unambiguous leaf name."""
     from trainforge.config.loading import leaf_paths

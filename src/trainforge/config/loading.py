@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
 from trainforge.config.flags import flag_fields
-from trainforge.config.guide_profile import from_guide_profile
+from trainforge.config.guide_profile import from_guide_profile, guide_names
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
 from trainforge.profiles import Profile, load_profile
@@ -59,6 +59,7 @@ class ResolvedConfig:
     # "flag_sources": dotted path -> "flag --name"}; what run.json records.
     layers: dict[str, Any] = field(default_factory=dict)
     profile_requested: str | None = None  # --profile as given (None: the file's or auto)
+    file_names: dict[str, str] = field(default_factory=dict)  # field -> the file's own key
     notes: tuple[str, ...] = ()  # lines the run prints about how it was resolved
     rules: tuple[str, ...] = ()  # which rule decided the micro-batch and the rate (config show)
 
@@ -128,10 +129,13 @@ def load(
     under the ones given now.
     """
     label = str(path) if path else "<defaults>"
+    names: dict[str, str] = {}  # field -> the guide key the file set it with
     if recorded is not None and "file" in recorded:
         file_data = copy.deepcopy(recorded.get("file") or {})
     else:
-        file_data = from_guide_profile(read_config_file(path), label) if path else {}
+        raw = read_config_file(path) if path else {}
+        names = guide_names(raw)
+        file_data = from_guide_profile(raw, label) if path else {}
     cli_layer: dict[str, Any] = copy.deepcopy(dict((recorded or {}).get("flags") or {}))
     cli_sources: dict[str, str] = dict((recorded or {}).get("flag_sources") or {})
     fields = flag_fields()
@@ -152,7 +156,9 @@ def load(
         _check_known_path(key, "--set")
         _set_dotted(cli_layer, key, value)
         cli_sources[key] = f"flag --set {key}"
-    return _resolve(path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env)
+    return _resolve(
+        path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env, names
+    )
 
 
 def _resolve(
@@ -164,6 +170,7 @@ def _resolve(
     profile: str | None,
     pick_auto_profile: Callable[[], tuple[str, str]] | None,
     env: Mapping[str, str] | None,
+    names: Mapping[str, str],
 ) -> ResolvedConfig:
     prof, reason = _pick_profile(label, profile, cli_layer, file_data, pick_auto_profile)
     env_data, env_sources = _environment(env)
@@ -197,6 +204,7 @@ def _resolve(
             raw=merged,
             layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
             profile_requested=profile,
+            file_names=dict(names),
         )
 
     from trainforge.extensions import listed, load_extensions
@@ -205,7 +213,7 @@ def _resolve(
     try:
         config = RunConfig.model_validate(merged)
     except ValidationError as err:
-        lines = format_validation_error(err, label, merged)
+        lines = format_validation_error(err, label, merged, sources, names)
         salvaged = _salvage(merged, err)  # cross-field rules are judged on it in one pass
         raise ConfigError(lines, salvaged=salvaged and resolved(salvaged)) from None
     return resolved(config)

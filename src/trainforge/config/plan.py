@@ -281,17 +281,24 @@ def _fit_warmup(config: RunConfig, sources: dict[str, str]) -> tuple[Any, str]:
     )
     if steps_over and "training.max_steps" in from_flag:
         steps = t.max_steps // 10
+        _mark_plan(sources, "schedule.warmup_steps", "shortened to a tenth of the run")
         return s.model_copy(update={"warmup_steps": steps}), (
             f"schedule: warmup of {s.warmup_steps} steps does not fit the {t.max_steps}-step "
             f"run; shortened to {steps} (a tenth of the run)"
         )
     if epochs_over and "training.num_train_epochs" in from_flag:
         epochs = t.num_train_epochs / 10
+        _mark_plan(sources, "schedule.warmup_epochs", "shortened to a tenth of the run")
         return s.model_copy(update={"warmup_epochs": epochs}), (
             f"schedule: warmup of {s.warmup_epochs:g} epochs does not fit the "
             f"{t.num_train_epochs:g}-epoch run; shortened to {epochs:g} (a tenth of the run)"
         )
     return s, ""
+
+
+def _mark_plan(sources: dict[str, str], path: str, why: str) -> None:
+    """Source a value the plan changed as `plan (why; where it came from)`."""
+    sources[path] = f"plan ({why}; was {sources.get(path, 'default')})"
 
 
 def _resolve_device(t: TrainingConfig, target: Target, sources: dict[str, str]) -> dict[str, Any]:

@@ -138,7 +138,7 @@ class DataConfig(Section):
     )
 
     train_file: str | None = Field(
-        None, description="text: training records (.json, .jsonl or .tsv)."
+        None, description="text: training records (.json, .jsonl, .tsv or .csv)."
     )
     validation_file: str | None = Field(
         None, description="text: validation records (None: hold out val_fraction of train_file)."

@@ -116,8 +116,8 @@ DATASETS.register(
 DATASETS.register(
     "text",
     DatasetEntry(
-        "JSON/JSONL prompt/response or chat messages, or TSV source<TAB>target, read by "
-        "the causal-lm task from data.train_file",
+        "JSON/JSONL prompt/response or chat messages, TSV source<TAB>target or CSV "
+        "prompt,response, read by the causal-lm task from data.train_file",
         None,
         task="causal-lm",
         image=False,

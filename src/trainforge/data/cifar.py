@@ -65,11 +65,12 @@ def _expected_files(root: Path) -> list[Path]:
     return [folder / name for name in [*names, CIFAR10.meta["filename"]]]
 
 
-def _get_fix(root: Path) -> str:
-    return (
-        f"put cifar-10-python.tar.gz in {root} (from {CIFAR_HOME_URL}) "
-        "or set data.download=true when online"
-    )
+def _get_fix(root: Path, download: bool = False) -> str:
+    """The fix for missing files; data.download=true is suggested only when it is off."""
+    put = f"put cifar-10-python.tar.gz in {root} (from {CIFAR_HOME_URL})"
+    if download:
+        return f"{put}, or run again when online (data.download is already true)"
+    return f"{put} or set data.download=true when online"
 
 
 def _open_cifar10(root: Path, *, train: bool, download: bool):
@@ -82,7 +83,7 @@ def _open_cifar10(root: Path, *, train: bool, download: bool):
             raise UserError(
                 f"CIFAR-10 not found in {root} and it could not be downloaded "
                 f"(no network? {_one_line(err)})",
-                _get_fix(root),
+                _get_fix(root, download),
             ) from err
         raise UserError(f"CIFAR-10 in {root} could not be read ({_one_line(err)})") from err
     except RuntimeError as err:
@@ -91,7 +92,8 @@ def _open_cifar10(root: Path, *, train: bool, download: bool):
         if missing:
             state = "download failed" if download else "data.download is false"
             raise UserError(
-                f"CIFAR-10 not found in {root} ({missing[0]} is missing, {state})", _get_fix(root)
+                f"CIFAR-10 not found in {root} ({missing[0]} is missing, {state})",
+                _get_fix(root, download),
             ) from err
         raise UserError(
             f"CIFAR-10 files in {root / CIFAR10.base_folder} are corrupted or incomplete "

@@ -6,16 +6,17 @@ A checkpoint is a folder under `RUN/checkpoints/`:
                          scheduler, scaler, loader position, RNG states, counters, ...)
                          (torch.save; always read back with weights_only=True)
     config.yaml          the resolved run config
-    meta.json            best_val, best_step, best_epoch, config_hash, timestamp, versions
+    meta.json            best_val, best_val_loss, best_step (= best_val_step), best_epoch,
+                         config_hash, timestamp, versions
     manifest.json        a checksum (XXH3-128) of every file above, written last
 It is written into a hidden temporary folder, fsynced, then renamed into place, so a crash
 leaves either the old checkpoint or the new one, never half of one. Loading checks the
 manifest; a folder without a valid manifest is not a checkpoint. `recover` tidies what a
 crash mid-write leaves behind (temporary folders, a replaced folder not yet deleted).
 
-Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints: best value,
-step and epoch, config hash, timestamp, the newest checkpoint (the metadata that the
-training-optimisation notes ask for).
+Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints with the
+training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch, config_hash,
+timestamp), the best value of metric_for_best_model and the newest checkpoint.
 
 `CheckpointWriter` runs the write on a background thread after the trainer has copied the
 state to CPU memory, so the loop stalls only for the copy. A write the disk refuses (full,
@@ -365,7 +366,12 @@ def library_versions() -> dict[str, str]:
 
 def write_run_meta(root: Path, meta: Mapping[str, Any]) -> None:
     """Atomically (re)write `checkpoint_meta.json` beside the checkpoint folders."""
-    keys = ("best_val", "best_metric", "best_step", "best_epoch", "config_hash", "timestamp")
+    # The training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch,
+    # config_hash, timestamp) beside the best value of metric_for_best_model.
+    keys = (
+        "best_val_loss", "best_val_step", "best_epoch", "config_hash", "timestamp",
+        "best_val", "best_metric", "best_step",
+    )  # fmt: skip
     data = {k: meta.get(k) for k in keys}
     data["latest"] = meta.get("name")
     data["latest_step"] = meta.get("global_step")

@@ -109,6 +109,7 @@ class BestTracker:
         b.improved = self._better(value, b.best_metric)
         if b.improved:
             b.best_metric, b.best_step, b.best_epoch = value, step, epoch
+            b.best_loss = metrics.get("loss")
         return b.improved
 
     def fast(self, metrics: dict[str, float]) -> bool:

@@ -38,6 +38,7 @@ class BestValues:
     best_metric: float | None = None
     best_step: int | None = None
     best_epoch: int | None = None
+    best_loss: float | None = None  # validation loss at best_step (the notes' best_val_loss)
     best_fast: float | None = None  # best fast-validation value (full validation on a gain)
     improved: bool = False
 

@@ -20,6 +20,22 @@ export_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 bench_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
+ExporterOpt = Annotated[
+    str,
+    typer.Option(
+        "--exporter",
+        help="torch.onnx exporter: auto (dynamo from opset 18, torchscript below), dynamo or "
+        "torchscript.",
+    ),
+]
+InputNameOpt = Annotated[
+    str | None, typer.Option("--input-name", help="ONNX input tensor name (default images).")
+]
+OutputNameOpt = Annotated[
+    str | None, typer.Option("--output-name", help="ONNX output tensor name (default logits).")
+]
+
+
 @export_app.command()
 def export_command(
     source: Annotated[
@@ -32,10 +48,12 @@ def export_command(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Parent folder (default RUN/export).")
     ] = None,
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (Jetson JetPack 5: 17).")] = 18,
-    exporter: Annotated[
-        str, typer.Option("--exporter", help="torch.onnx exporter: dynamo or torchscript.")
-    ] = "dynamo",
+    opset: Annotated[
+        int, typer.Option("--opset", help="ONNX opset, 11 to 23 (Jetson JetPack 5: 17).")
+    ] = 18,
+    exporter: ExporterOpt = "auto",
+    input_name: InputNameOpt = None,
+    output_name: OutputNameOpt = None,
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Max |ONNX - PyTorch| on validation samples.")
     ] = 1e-4,
@@ -65,16 +83,11 @@ def export_command(
     )
 
     options = ExportOptions(
-        output=output,
-        opset=opset,
-        exporter=exporter,
-        tolerance=tolerance,
-        calibration_batches=calibration_batches,
-        sparsity=sparsity,
-        finetune_epochs=finetune_epochs,
-        finetune_lr=finetune_lr,
+        output=output, opset=opset, exporter=exporter, input_name=input_name,
+        output_name=output_name, tolerance=tolerance, calibration_batches=calibration_batches,
+        sparsity=sparsity, finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
         latency_runs=max(1, latency_runs),
-    )
+    )  # fmt: skip
     wanted = check_formats(formats or [], source)
     check_options(options)
     check_source_exists(source)

@@ -200,18 +200,19 @@ def _write_onnx_int8(job: ExportJob) -> Result:
     kind = job.kind_cls
     with ArtifactDir(job.out_root, "int8-onnx") as folder:
         fp32_path = folder / "fp32.onnx"
+        input_name, output_name = job.tensor_names()
         to_onnx(
             job.fresh_model(),
             fp32_path,
             kind.example_input(job.info, 2),
-            input_name=kind.input_name,
-            output_name=kind.output_name,
+            input_name=input_name,
+            output_name=output_name,
             opset=o.opset,
             exporter=o.exporter,
         )
         calibration = job.kind.calibration_inputs(o.calibration_batches)
         pre_processed = quantize_onnx_static(
-            fp32_path, folder / INT8_ONNX_FILE, calibration, kind.input_name
+            fp32_path, folder / INT8_ONNX_FILE, calibration, input_name
         )
         fp32_path.unlink()
         predict = OrtPredictor(folder / INT8_ONNX_FILE)

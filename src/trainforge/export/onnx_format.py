@@ -1,7 +1,9 @@
 """ONNX export: torch.onnx with a dynamic batch axis, verified with onnxruntime.
 
 The default exporter is torch's `dynamo` one (torch.export + onnxscript), which torch 2.9+
-uses by default; `torchscript` (the legacy tracer) stays selectable for old TensorRT parsers.
+uses by default, for opset 18 and newer; below 18 (`--opset 17` for JetPack 5, the
+optimisation notes' `--opset 11`) `auto` takes `torchscript` (the legacy tracer), since
+dynamo writes opset 18 whatever it is asked (see `onnx_low_opset`).
 The written model is run with onnxruntime on every validation sample and compared with the
 fp32 PyTorch outputs; a max absolute difference above the tolerance is an error and leaves no
 artifact. The summary carries the `trtexec` commands that build FP16 and INT8 TensorRT
@@ -22,6 +24,7 @@ from torch import nn
 
 from trainforge.errors import UserError
 from trainforge.export.artifacts import ArtifactDir, OrtPredictor, require
+from trainforge.export.onnx_low_opset import attention_symbolic, exporter_for
 
 if TYPE_CHECKING:
     from trainforge.export.pipeline import ExportJob, Result
@@ -41,8 +44,10 @@ def to_onnx(
     opset: int,
     exporter: str,
 ) -> None:
-    """Export `model` (eval mode) to `path` with the first input axis named `batch`."""
+    """Export `model` (eval mode) to `path` with the first input axis named `batch`;
+    `exporter` auto picks by opset (`onnx_low_opset.exporter_for`)."""
     require("onnx")
+    exporter = exporter_for(opset, exporter)
     kwargs: dict[str, Any] = {
         "input_names": [input_name],
         "output_names": [output_name],
@@ -69,7 +74,8 @@ def to_onnx(
     try:
         with contextlib.redirect_stdout(captured), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model.eval(), (example,), str(path), **kwargs)
+            with attention_symbolic(opset):
+                torch.onnx.export(model.eval(), (example,), str(path), **kwargs)
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         other = "torchscript" if exporter == "dynamo" else "dynamo"
@@ -102,12 +108,13 @@ def write_onnx(job: ExportJob) -> list[Result]:
     kind = job.kind_cls
     with ArtifactDir(job.out_root, "onnx") as folder:
         path = folder / ONNX_FILE
+        input_name, output_name = job.tensor_names()
         to_onnx(
             job.fresh_model(),
             path,
             kind.example_input(job.info, 2),
-            input_name=kind.input_name,
-            output_name=kind.output_name,
+            input_name=input_name,
+            output_name=output_name,
             opset=o.opset,
             exporter=o.exporter,
         )
@@ -131,9 +138,9 @@ def write_onnx(job: ExportJob) -> list[Result]:
             predict=predict,
             metrics=metrics,
             opset=o.opset,
-            exporter=o.exporter,
+            exporter=exporter_for(o.opset, o.exporter),
             max_abs_diff=max_diff,
             tolerance=o.tolerance,
-            tensorrt=trtexec_commands(final, int8_final, kind.input_spec(job.info)),
+            tensorrt=trtexec_commands(final, int8_final, job.input_spec()),
         )
     return [Result(job.out_root / "onnx", summary)]

@@ -22,7 +22,11 @@ SOURCE_HINT = (
 class ExportOptions:
     output: Path | None = None  # default: RUN_DIR/export
     opset: int = 18
-    exporter: str = "dynamo"  # torch.onnx exporter: dynamo (torch.export) or torchscript
+    # torch.onnx exporter: dynamo (torch.export), torchscript, or auto (dynamo from opset 18,
+    # torchscript below: see export.onnx_low_opset)
+    exporter: str = "auto"
+    input_name: str | None = None  # ONNX input tensor name (default: the task's, e.g. images)
+    output_name: str | None = None  # ONNX output tensor name (default: logits)
     tolerance: float = 1e-4  # max |ONNX - PyTorch| on the validation set
     calibration_batches: int = 8
     sparsity: float = 0.5
@@ -56,14 +60,23 @@ def check_formats(formats: list[str], source: Path | None = None) -> list[str]:
 
 
 def check_options(options: ExportOptions) -> None:
-    if options.exporter not in ("dynamo", "torchscript"):
+    if options.exporter not in ("auto", "dynamo", "torchscript"):
         raise UserError(
-            f"--exporter {options.exporter!r} is not an ONNX exporter", "use dynamo or torchscript"
+            f"--exporter {options.exporter!r} is not an ONNX exporter",
+            "use auto, dynamo or torchscript",
         )
-    if not 13 <= options.opset <= 23:
+    if not 11 <= options.opset <= 23:
         raise UserError(
-            f"--opset {options.opset} is out of range", "use an opset from 13 to 23 (default 18)"
+            f"--opset {options.opset} is out of range", "use an opset from 11 to 23 (default 18)"
         )
+    if options.exporter == "dynamo" and options.opset < 18:
+        # torch's dynamo exporter writes opset 18 when asked for less (onnx_low_opset).
+        raise UserError(
+            f"--exporter dynamo writes ONNX opset 18 and newer, not --opset {options.opset}",
+            "leave --exporter out (auto takes torchscript below opset 18) or use "
+            "--exporter torchscript",
+        )
+    _check_tensor_names(options)
     if not 0.0 < options.sparsity < 1.0:
         raise UserError(
             f"--sparsity {options.sparsity} must be between 0 and 1", "e.g. --sparsity 0.5"
@@ -74,6 +87,21 @@ def check_options(options: ExportOptions) -> None:
         raise UserError("--calibration-batches must be at least 1", "e.g. --calibration-batches 8")
     if options.tolerance <= 0:
         raise UserError(f"--tolerance {options.tolerance} must be positive", "e.g. 1e-4")
+
+
+def _check_tensor_names(options: ExportOptions) -> None:
+    names = {"--input-name": options.input_name, "--output-name": options.output_name}
+    for flag, name in names.items():
+        if name is not None and not name.replace("_", "a").replace(".", "a").isalnum():
+            raise UserError(
+                f"{flag} {name!r} is not a tensor name",
+                f"use letters, digits and _, e.g. {flag} input",
+            )
+    if options.input_name is not None and options.input_name == options.output_name:
+        raise UserError(
+            f"--input-name and --output-name are both {options.input_name!r}",
+            "give the two tensors different names, e.g. --input-name input --output-name output",
+        )
 
 
 def check_source_exists(path: Path) -> None:

@@ -59,6 +59,21 @@ class ExportJob:
     def info(self) -> dict[str, Any]:
         return self.kind.model_info()
 
+    def tensor_names(self) -> tuple[str, str]:
+        """(input, output) tensor names of ONNX artifacts: --input-name/--output-name, else
+        the task's own."""
+        o, kind = self.options, self.kind_cls
+        return o.input_name or kind.input_name, o.output_name or kind.output_name
+
+    def input_spec(self) -> dict[str, Any]:
+        """The task's input spec with the tensor names this export uses."""
+        spec = dict(self.kind_cls.input_spec(self.info))
+        name, output = self.tensor_names()
+        spec["name"] = name
+        if isinstance(spec.get("output"), dict):
+            spec["output"] = {**spec["output"], "name": output}
+        return spec
+
     def fresh_model(self) -> nn.Module:
         """The source's fp32 model on the CPU in eval mode (a new copy on every call)."""
         model = self.kind_cls.build_model(self.source.config, self.info)
@@ -120,7 +135,7 @@ class ExportJob:
             "source": str(self.source.weights),
             "config_hash": config_hash(self.source.config),
             "model": self.info,
-            "input": self.kind_cls.input_spec(self.info),
+            "input": self.input_spec(),
             "metric": self.kind.metric,
             "metrics": metrics,
             "reference_metrics": ref.metrics,

@@ -110,6 +110,8 @@ def slurm_command(
     )
     script = render_script(job)
     if not do_submit:
+        # Slurm opens the log before the script runs: a missing folder fails the job unseen.
+        make_log_folder(job.output_dir)
         sys.stdout.write(script)
         return
     job_id, path = submit(job, script)
@@ -117,6 +119,17 @@ def slurm_command(
     print(f"script: {path}")
     print(f"log:    {job.log_path(job_id)}")
     print(f"watch:  squeue -j {job_id}; tail -f {job.log_path(job_id)}")
+
+
+def make_log_folder(output_dir: str) -> None:
+    """Create the folder the job's log goes to (as `--submit` does), or one line why not."""
+    try:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"--output-dir {output_dir}: cannot create the log folder ({err.strerror})",
+            "pick a folder you can write with --output-dir, or create it first",
+        ) from None
 
 
 def build_job(

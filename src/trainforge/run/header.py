@@ -1,5 +1,6 @@
 """What a run says about itself at start, and the platform facts behind those lines: the
-platform, task, device, batch and recipe lines, the disk-space warning, the telemetry
+platform, task, device, batch and recipe lines, the disk the checkpoints need (and a
+warning when it is short), the telemetry
 sampler, the device's name and its peak TFLOP/s for MFU.
 """
 
@@ -21,7 +22,6 @@ def print_start(
     c = resolved.config
     t = c.training
     world = trainer.dist.world_size
-    global_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps * world
     print(
         f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
         f"({resolved.profile_reason})"
@@ -34,10 +34,8 @@ def print_start(
         f"{sum(p.numel() for p in trainer.model.parameters()):,} parameters"
     )
     print(
-        f"device: {trainer.device}   precision: {trainer.precision.name}   batch: "
-        f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation"
-        + (f" x {world} processes" if world > 1 else "")
-        + f" = {global_batch}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
+        f"device: {trainer.device}   precision: {trainer.precision.name}   "
+        f"{batch_text(t, world)}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
     )
     print(recipe_line(resolved))
     print(validation_line(c, trainer))
@@ -48,6 +46,15 @@ def print_start(
     for line in notes:
         if line:
             print(line)
+
+
+def batch_text(t: Any, world: int) -> str:
+    """`batch: 32 x 1 accumulation x 2 processes = 64`: the planned split of the batch."""
+    micro, accumulation = t.per_device_train_batch_size, t.gradient_accumulation_steps
+    processes = f" x {world} processes" if world > 1 else ""
+    return (
+        f"batch: {micro} x {accumulation} accumulation{processes} = {micro * accumulation * world}"
+    )
 
 
 def validation_line(config: RunConfig, trainer: Any) -> str:
@@ -77,13 +84,19 @@ def validation_line(config: RunConfig, trainer: Any) -> str:
 
 
 def warn_space(folder: RunFolder, config: RunConfig, trainer: Any) -> None:
-    """One line at start when the disk cannot hold the checkpoints the run will keep."""
+    """The disk the checkpoints the run keeps will need (one line at start), and a warning
+    line when the disk cannot hold them."""
     from trainforge.doctor.checks import checkpoints_kept
     from trainforge.engine import checkpoint as ckpt
+    from trainforge.storage import free_bytes, size_text
 
-    line = ckpt.space_warning(
-        folder.path, ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    one, kept = ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    free = free_bytes(folder.path)
+    print(
+        f"disk: checkpoints need about {size_text(one * kept)} ({kept} kept at most x "
+        f"{size_text(one)})" + (f", {size_text(free)} free" if free is not None else "")
     )
+    line = ckpt.space_warning(folder.path, one, kept)
     if line:
         print(line)
 

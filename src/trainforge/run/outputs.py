@@ -46,6 +46,26 @@ class RunSummary:
         return 128 + int(getattr(signal, self.signal or "SIGINT", signal.SIGINT))
 
 
+NOTHING_TO_TRAIN = "nothing to train"
+
+
+def nothing_to_train(folder: RunFolder, start_from: Path | None, config: Any) -> RunSummary | None:
+    """A resumed run already past a lowered training.max_steps trains nothing: one line says
+    so (rank 0), and the run ends before anything is built or written."""
+    target = config.training.max_steps
+    if start_from is None or target <= 0:
+        return None
+    step = int(ckpt.read_meta(start_from).get("global_step", 0))
+    if step <= target:  # at the end: fit() finishes the outputs as a finished run does
+        return None
+    if parallel.context().is_main:
+        print(
+            f"nothing to train: {folder.path} is at step {step} and training.max_steps is "
+            f"{target}; raise --max_steps above {step} to train further"
+        )
+    return RunSummary(folder.path, {}, None, NOTHING_TO_TRAIN, False, step, 0.0)
+
+
 def fit_or_abort(trainer: Any, folder: RunFolder) -> Any:
     """fit(), and on a second Ctrl+C (GracefulStop gave Python's handler back) one line on
     stderr before the KeyboardInterrupt goes on to exit 130 at once."""

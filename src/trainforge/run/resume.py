@@ -57,7 +57,7 @@ def resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) ->
         problem = ckpt.verify(path) if path.is_dir() else "not found"
         if problem:
             raise UserError(
-                f"--resume {resume_from}: {problem}",
+                f"checkpoint {resume_from}: {problem}",
                 f"resume the run with --resume {folder.path} (its newest good checkpoint)",
             )
         ckpt.check_format(path)

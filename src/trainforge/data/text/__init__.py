@@ -1,5 +1,6 @@
-"""Text datasets for causal language models: records from JSON/JSONL/TSV files, tokenized with
-the loss on completion tokens only, truncation counted, optional packing, resumable loaders.
+"""Text datasets for causal language models: records from JSON/JSONL/TSV/CSV files,
+tokenized with the loss on completion tokens only, truncation counted, optional packing,
+resumable loaders.
 
 `build_text_data(cfg.data, tokenizer, ...)` is the entry point.
 """
