@@ -63,7 +63,7 @@ def test_status_comes_from_the_lock_and_the_files(make_client, project):
     running = cli_folder(project, "running")
     fd = running.lock()  # held as a training process holds it
     running.mark_holder()
-    failed = cli_folder(project, "failed")
+    cli_folder(project, "failed")  # ended without a summary: killed or crashed
     stopped = cli_folder(project, "stopped")
     (stopped.checkpoints / "checkpoint_interrupted").mkdir(parents=True)
     stale = cli_folder(project, "stale-summary")  # completed once, then resumed and killed
