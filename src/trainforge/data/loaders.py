@@ -48,8 +48,7 @@ def make_loader(
             f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
             "set it to 0 to load in the main process",
         )
-    if num_workers > 0:
-        note_too_many_workers(num_workers)
+    note_too_many_workers(num_workers)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "drop_last": False,  # val must see every sample; train keeps the tail batch too
@@ -88,11 +87,13 @@ def note_too_many_workers(num_workers: int) -> None:
     """One line (per process, from the main rank) when `num_workers` loader processes
     outnumber the CPUs this process may use (affinity and cgroup quota, as Slurm and
     containers set them): they then compete with training and can stall loading."""
+    if num_workers <= 0 or num_workers in _SAID_WORKERS:
+        return
     from trainforge.hardware.threads import usable_cores
     from trainforge.parallel import context
 
     cores = usable_cores()
-    if num_workers <= cores or num_workers in _SAID_WORKERS:
+    if num_workers <= cores:
         return
     _SAID_WORKERS.add(num_workers)
     if context().is_main:
