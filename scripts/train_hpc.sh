@@ -39,11 +39,12 @@ echo "trainforge: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLUR
 # (scancel, time limit, preemption) to every process of the srun step. torchrun runs
 # with both ignored so that no training process gets a second copy: on SIGUSR1 they
 # save checkpoint_interrupted and requeue the job, which resumes from it by itself;
-# on SIGTERM they save it and stop.
+# on SIGTERM they save it and stop. torchrun runs as trainforge.launch.torchrun (same
+# options), which reports such a planned stop in one line instead of a crash report.
 export PET_SIGNALS_TO_HANDLE=SIGINT,SIGHUP,SIGQUIT  # torchrun: not SIGTERM
 srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=0 \
     bash -c 'trap "" USR1 TERM; exec "$@"' torchrun \
-    torchrun --nnodes "$SLURM_NNODES" --nproc-per-node "$NPROC" \
+    python -m trainforge.launch.torchrun --nnodes "$SLURM_NNODES" --nproc-per-node "$NPROC" \
     --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m trainforge train "$CONFIG" "$@" &
 step=$!

@@ -106,3 +106,32 @@ def test_export_a_checkpoint_then_bench_side_by_side(cli, digits_run, exported, 
         assert row["batch1"]["batch_size"] == 1 and row["batch_n"]["batch_size"] == 8
         assert 0 < row["batch1"]["p50_ms"] <= row["batch1"]["p99_ms"]
         assert row["batch_n"]["samples_per_s"] > 0
+
+
+def test_opset_17_exports_quietly_at_opset_17(cli, digits_run, tmp_path):
+    """The JetPack 5 opset: torch's exporter writes 18 and converts down; its multi-line
+    notice (and onnxscript's) stay out of the output, and the file is checked to be 17."""
+    import onnx
+
+    done = cli(
+        "export", str(digits_run), "--format", "onnx", "--opset", "17",
+        "--output", str(tmp_path), env=ONE_THREAD,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "opset 17" in done.stdout and "Setting ONNX exporter" not in done.stdout
+    model = onnx.load(str(tmp_path / "onnx" / "model.onnx"))
+    assert {o.version for o in model.opset_import if o.domain in ("", "ai.onnx")} == {17}
+
+
+def test_a_model_that_misses_the_asked_opset_is_refused(digits_run, tmp_path, monkeypatch):
+    """When the conversion leaves the model at another opset, no summary names the wrong one."""
+    from trainforge.export import onnx_format
+    from trainforge.export.options import ExportOptions
+    from trainforge.export.pipeline import export
+
+    monkeypatch.setattr(onnx_format, "written_opset", lambda path: 18)
+    options = ExportOptions(output=tmp_path, opset=17, latency_runs=5)
+    with pytest.raises(UserError, match=r"wrote opset 18, not the --opset 17"):
+        export(digits_run, ["onnx"], options)
+    assert list(tmp_path.iterdir()) == []

@@ -305,6 +305,33 @@ def test_psutil_source_sane_numbers() -> None:
     source.close()
 
 
+def test_psutil_first_cpu_reading_covers_the_time_since_the_source_was_made(monkeypatch):
+    """The System page makes the source on a request thread and samples it on the sampler's:
+    the first reading is the busy share since the source was made (psutil's cpu_percent
+    keeps its reference per thread, so it read 0.0 there), over at least MIN_CPU_WINDOW_S."""
+    import threading
+    from collections import namedtuple
+
+    fields = "user nice system idle iowait irq softirq steal guest guest_nice"
+    cpu_times = namedtuple("scputimes", fields)  # psutil's own shape on Linux
+
+    def times(**values: float):
+        return cpu_times(**{name: values.get(name, 0.0) for name in fields.split()})
+
+    readings = [times(user=10.0, idle=90.0), times(user=13.0, idle=91.0, guest=0.5)]
+    monkeypatch.setattr(psutil, "cpu_times", lambda percpu=False: readings.pop(0))
+    source = PsutilSource()
+    made_at = time.monotonic()
+    out: list[dict[str, float]] = []
+    thread = threading.Thread(target=lambda: out.append(source.sample()))
+    thread.start()
+    thread.join()
+    # 3 s busy (user; guest time is already in user) of 4 s: 75 %.
+    assert out[0]["cpu_util_pct"] == 75.0
+    assert time.monotonic() - made_at >= PsutilSource.MIN_CPU_WINDOW_S
+    assert readings == []
+
+
 # --- sampler --------------------------------------------------------------------------------
 
 

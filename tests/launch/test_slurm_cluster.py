@@ -114,6 +114,11 @@ def test_sigusr1_checkpoints_requeues_and_the_requeued_job_resumes(slurm_cluster
     assert f"x {PROCS_PER_NODE} processes = " in text, context()  # both ranks trained
     assert "resuming the run's newest checkpoint" in text, context()
     assert f"(epoch {meta['epoch']}, step {stopped_at})" in text, context()
+    # The planned stop leaves trainforge's lines in the job log, not torchrun's crash report.
+    stopped = f"trainforge: {PROCS_PER_NODE} training processes stopped on SIGUSR1 (exit 138)"
+    assert stopped in text, context()
+    for noise in ("Traceback", "ChildFailedError", "exitcode", "Setting OMP_NUM_THREADS"):
+        assert noise not in text, context()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == MAX_STEPS
     assert summary["world_size"] == PROCS_PER_NODE

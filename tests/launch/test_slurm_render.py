@@ -1,7 +1,8 @@
 """`trainforge slurm` and `scripts/train_hpc.sh` without a cluster.
 
 The rendered scripts run for real under bash with recorded stand-ins for `srun`,
-`scontrol`, `torchrun` and `sbatch` on PATH: what srun and torchrun receive (arguments,
+`scontrol`, `sbatch` and the `python` that runs torchrun (`python -m
+trainforge.launch.torchrun`) on PATH: what srun and torchrun receive (arguments,
 environment, SIGUSR1 disposition), the batch shell's signal forwarding and exit status, and
 what `--submit` hands to sbatch. The real cluster run is tests/launch/test_slurm_cluster.py.
 """
@@ -43,8 +44,11 @@ exit "$rc"
 FAKE_SCONTROL = """#!/bin/bash
 [ "$1 $2" = "show hostnames" ] && printf 'node-a\\nnode-b\\n'
 """
+# `python -m trainforge.launch.torchrun ARGS`: records ARGS as torchrun's.
 FAKE_TORCHRUN = f"""#!{sys.executable}
 import json, os, sys, time
+assert sys.argv[1:3] == ["-m", "trainforge.launch.torchrun"], sys.argv
+sys.argv[1:3] = []
 ignored = int(next(line for line in open("/proc/self/status") if line.startswith("SigIgn:"))
               .split()[1], 16)
 record = {{"argv": sys.argv[1:], "ignored": [bool(ignored >> 9 & 1), bool(ignored >> 14 & 1)],
@@ -75,7 +79,7 @@ def fakes(tmp_path):
     for name, text in (
         ("srun", FAKE_SRUN),
         ("scontrol", FAKE_SCONTROL),
-        ("torchrun", FAKE_TORCHRUN),
+        ("python", FAKE_TORCHRUN),
     ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)

@@ -48,6 +48,18 @@ ALLOWED = [
     r"TensorBoard: tensorboard --logdir .+",
     r"metrics:     .+metrics\.jsonl",
     r"final model: .+model\.safetensors",
+    r"profiler: \d+ steps after step \d+, top operators by .+:",
+    r"profiler trace: .+\.pt\.trace\.json \(open in https://ui\.perfetto\.dev or TensorBoard\)",
+    r"data: \d+ loader workers on \d+ usable CPU cores? can slow or stall loading; set "
+    r"data\.dataloader_num_workers=\d+ or fewer \(0 loads in the training process\)",
+]
+# The profiler's top-operators table (torch's key_averages().table, printed by trainforge).
+PROFILER_TABLE = [
+    r"-+(  -+)*\s*",
+    r"\s*Name(\s+(Self )?CPU[\w %]*|\s+# of Calls)+\s*",
+    r".+?(\s+[\d.]+(%|us|ms|s)){5}\s+\d+\s*",
+    r"Self CPU time total: [\d.]+(us|ms|s)",
+    r"",
 ]
 TINY_VIT = [
     "model.embedding_dim=32", "model.num_layers=1", "model.num_heads=2", "model.mlp_size=32",
@@ -55,8 +67,8 @@ TINY_VIT = [
 ]  # fmt: skip
 
 
-def foreign_lines(text: str) -> list[str]:
-    patterns = [re.compile(p) for p in ALLOWED]
+def foreign_lines(text: str, also: list[str] | None = None) -> list[str]:
+    patterns = [re.compile(p) for p in [*ALLOWED, *(also or [])]]
     return [ln for ln in text.splitlines() if not any(p.fullmatch(ln) for p in patterns)]
 
 
@@ -77,6 +89,7 @@ def run(args: list[str], tmp_path: Path, timeout: int = 600, **env_extra: str):
         "MLFLOW_LOGGING_LEVEL",
         "HF_HUB_DISABLE_PROGRESS_BARS",
         "PYTHONWARNINGS",
+        "KINETO_LOG_LEVEL",
     ):
         env.pop(name, None)  # fmt: skip
     done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True,
@@ -101,6 +114,38 @@ def test_cpu_training_run_prints_only_its_own_lines_and_progress_in_the_first_ep
     # Validation at the epoch's end shows once, on the line after it was measured.
     with_val = [ln for ln in done.stdout.splitlines() if "| val loss" in ln]
     assert len(with_val) == 1 and "step 23/30" in with_val[0] and "val acc" in with_val[0]
+
+
+def test_profiled_run_prints_the_window_not_kinetos_log(tmp_path):
+    """`logging.profile_steps` on a CPU-only machine: the window's own lines and table, none
+    of kineto's "USDT ... profiler_start" or "gpuGetDeviceCount failed" lines."""
+    args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"),
+            "--profile", "cpu", *sets(*TINY_VIT, "training.max_steps=6",
+            "logging.profile_steps=2", "logging.profile_wait_steps=1",
+            f"output.dir={tmp_path / 'runs'}")]  # fmt: skip
+    done = run(args, tmp_path)
+    assert foreign_lines(done.stdout + done.stderr, PROFILER_TABLE) == []
+    assert "profiler: 2 steps after step 1" in done.stdout
+    assert "profiler trace: " in done.stdout and done.stderr == ""
+
+
+def test_too_many_loader_workers_is_said_once_in_trainforges_words(tmp_path):
+    """More workers than usable cores: torchdata warns twice with a site-packages path;
+    trainforge says it once, with the setting to change."""
+    cores = len(os.sched_getaffinity(0))
+    workers = f"data.dataloader_num_workers={cores + 2}"
+    args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"),
+            "--profile", "cpu", *sets(*TINY_VIT, "training.max_steps=3", workers,
+            f"output.dir={tmp_path / 'runs'}")]  # fmt: skip
+    done = run(args, tmp_path)
+    assert foreign_lines(done.stdout + done.stderr) == []
+    said = [ln for ln in done.stdout.splitlines() if "loader workers" in ln]
+    assert said == [
+        f"data: {cores + 2} loader workers on {cores} usable CPU core{'s' if cores > 1 else ''} "
+        f"can slow or stall loading; set data.dataloader_num_workers={cores} or fewer (0 loads "
+        "in the training process)"
+    ]
+    assert "UserWarning" not in done.stderr and "site-packages" not in done.stderr
 
 
 @pytest.mark.slow  # creates a small Hugging Face model and decodes validation words

@@ -121,6 +121,30 @@ def assert_shown(page, expect, run_dir: Path) -> None:
     )
 
 
+# True when `needle`'s last occurrence in the Output pane lies inside the pane's visible part,
+# and the pane holds more than it shows (so following the newest lines was needed).
+LOG_SHOWS = """(needle) => {
+  const log = document.getElementById("run-log");
+  const node = log.firstChild;
+  const at = node ? node.textContent.lastIndexOf(needle) : -1;
+  if (at < 0 || log.scrollHeight <= log.clientHeight) return false;
+  const range = document.createRange();
+  range.setStart(node, at);
+  range.setEnd(node, at + needle.length);
+  const line = range.getBoundingClientRect(), pane = log.getBoundingClientRect();
+  return line.top >= pane.top && line.bottom <= pane.bottom + 1;
+}"""
+# Metrics of the causal-lm task: numbers beside the training stats, never telemetry.
+TASK_METRICS = ("model_tflops", "tokens_per_s", "perplexity")
+
+
+def assert_metrics_not_telemetry(page, expect) -> None:
+    for key in TASK_METRICS:
+        expect(page.locator("#telemetry th", has_text=key)).to_have_count(0)
+    for key in ("tokens_per_s", "perplexity"):  # from the train records
+        expect(page.locator(f'#more-metrics [data-metric="{key}"]')).to_be_visible()
+
+
 def assert_screenshots(shots: Path, started: float) -> None:
     for name in SCREENSHOTS:
         path = shots / name
@@ -202,19 +226,27 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
         expect(page.locator("#run-message")).to_contain_text("checkpoint_interrupted saved")
         assert (jetson_project / "runs/jetson-tuned/checkpoints/checkpoint_interrupted").is_dir()
         assert_shown(page, expect, run_dir)
+        # The Output pane follows the newest lines: the stop message is in view.
+        page.wait_for_function(LOG_SHOWS, arg="SIGINT: checkpoint saved to")
+        assert_metrics_not_telemetry(page, expect)
         stopped_points = int(chart.get_attribute("data-points"))
         page.screenshot(path=str(shots / "4-run-stopped.png"))
 
         models = browser.new_page(viewport={"width": 1280, "height": 700})
         models.goto(f"{server}/models")
         expect(models.locator('tr[data-model="tiny"]')).to_be_visible()
+        tiny = models.locator('tr[data-model="tiny"] .summary')  # made by `models init`
+        expect(tiny).to_contain_text("trainforge models init")
+        expect(tiny).not_to_contain_text("no trainforge.json")
         expect(models.locator('tr[data-model="jetson-tuned"]')).to_have_count(0)
 
         page.get_by_role("button", name="Resume").click()
         expect(page.locator("#run-status")).to_have_text("running")
+        page.wait_for_function(LOG_SHOWS, arg="resumed from", timeout=120_000)
         expect(page.locator("#run-status")).to_have_text("completed", timeout=240_000)
         assert int(chart.get_attribute("data-points")) > stopped_points
         assert_shown(page, expect, run_dir)
+        assert_metrics_not_telemetry(page, expect)
         page.screenshot(path=str(shots / "5-run-completed.png"))
 
         # The Models page, open all along, lists the new model once the run completes.

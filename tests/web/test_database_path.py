@@ -94,8 +94,15 @@ def test_env_var_puts_the_history_where_asked_and_a_restart_reads_it(
         assert again[key] == first[key], key
     assert restarted.get("/api/runs/digits-web/log").json()["lines"][-1] == "done after 5 steps"
 
-    monkeypatch.delenv(DB_ENV)  # the default database is another one: no history there
-    assert make_client().get("/api/runs").json() == []
+    # The default database is another one: no history there. The run folder is still in
+    # runs/, so it lists as a run the app did not start, read from the folder alone.
+    monkeypatch.delenv(DB_ENV)
+    other = make_client()
+    runs = other.get("/api/runs").json()
+    assert [(r["id"], r["origin"], r["status"]) for r in runs] == [
+        ("digits-web", "command line", "completed")
+    ]
+    assert other.app.state.trainforge.registry.list() == []
 
 
 def test_db_flag_puts_the_history_where_asked_and_a_restarted_server_reads_it(

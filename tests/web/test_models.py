@@ -61,3 +61,22 @@ def test_a_damaged_safetensors_file_lists_without_a_count(project):
 def test_no_models_folder_is_an_empty_list(make_client, project, tmp_path):
     assert list_models(tmp_path / "absent") == []
     assert "No model folders" in make_client(models_dir="elsewhere").get("/models").text
+
+
+def test_a_model_made_by_models_init_shows_how_it_was_made(make_client, project):
+    # trainforge.json as `trainforge models init` writes it (models/hf_init.py); the browser
+    # test makes one with the real command and reads its row on the Models page.
+    summary = {
+        "created_by": "trainforge models init", "arch": "gpt2", "size": "tiny", "seed": 0,
+        "corpus": ["example_datasets/jetson_training.json"],
+        "corpus_files": [{"path": "example_datasets/jetson_training.json", "size_bytes": 9}],
+        "vocab_size": 512, "chat_template": False, "num_parameters": 44,
+    }  # fmt: skip
+    write_hf_folder(project / "models" / "tiny", summary=summary)
+    tiny = next(m for m in list_models(project / "models") if m["name"] == "tiny")
+    assert tiny["summary"] == {
+        "created_by": "trainforge models init", "size": "tiny", "seed": 0, "vocab_size": 512,
+        "corpus": "example_datasets/jetson_training.json",
+    }  # fmt: skip
+    row = make_client().get("/models").text.split('data-model="tiny"')[1].split("</tr>")[0]
+    assert "trainforge models init" in row and "no trainforge.json" not in row

@@ -55,3 +55,82 @@ def test_user_text_is_escaped_in_pages(make_client, monkeypatch, project):
     client.app.state.trainforge.registry.update("digits-web", message="<script>alert(1)</script>")
     page = client.get("/runs/digits-web").text
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+def model_link_hidden(page: str) -> bool:
+    tag = re.search(r'<a id="model-link"[^>]*>', page)
+    assert tag, "the run page has no model link for a causal-lm run"
+    return " hidden" in tag.group(0)
+
+
+def telemetry_note(page: str) -> str:
+    return re.search(r'<td id="telemetry-note">(.*?)</td>', page).group(1)
+
+
+def start_causal_lm(client, name: str):
+    values = client.get("/api/train/defaults").json()["values"]
+    form = {**values, "base_model": "base-gpt2", "output_name": name, "profile": "cpu"}
+    response = client.post("/api/runs", json=form)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_a_failed_run_links_no_model_and_says_why_it_has_no_telemetry(make_client, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAINER_CRASH_AT", "2")
+    client = make_client(fixture=JETSON)
+    assert start_causal_lm(client, "lm-fails")["output_model"] == "lm-fails"
+    view = wait_for(
+        lambda: (v := client.get("/api/runs/lm-fails").json())["status"] == "failed" and v
+    )
+    assert view["model_ready"] is False
+    assert view["telemetry_note"] == "The run failed before it recorded telemetry."
+    page = client.get("/runs/lm-fails").text
+    assert model_link_hidden(page)
+    assert telemetry_note(page) == "The run failed before it recorded telemetry."
+    assert "No telemetry records" not in page
+
+    monkeypatch.delenv("FAKE_TRAINER_CRASH_AT")
+    monkeypatch.setenv("FAKE_TRAINER_STEPS", "3")
+    start_causal_lm(client, "lm-done")
+    wait_for(lambda: client.get("/api/runs/lm-done").json()["status"] == "completed")
+    assert client.get("/api/runs/lm-done").json()["model_ready"] is True
+    assert not model_link_hidden(client.get("/runs/lm-done").text)
+
+
+def test_a_waiting_run_says_it_waits_not_that_telemetry_is_off(make_client, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAINER_STEPS", "100000")  # runs until stopped
+    client = make_client()
+    first = client.post("/api/runs", json=run_form(output_name="first")).json()
+    queued = client.post("/api/runs", json=run_form(output_name="second")).json()
+    assert (first["status"], queued["status"]) == ("running", "queued")
+    assert telemetry_note(client.get("/runs/second").text) == "Waiting for the run to start."
+    assert telemetry_note(client.get("/runs/first").text) == (
+        "Waiting for the first telemetry sample."
+    )
+    for page in (client.get("/runs/first").text, client.get("/runs/second").text):
+        assert "No telemetry records" not in page and "set hardware.telemetry" not in page
+
+
+def test_telemetry_off_is_said_once_the_run_config_says_so(make_client, project):
+    from trainforge.web.run_files import telemetry_note as note
+
+    folder = project / "runs" / "quiet"
+    folder.mkdir(parents=True)
+    (folder / "config.resolved.yaml").write_text("hardware:\n  telemetry: false\n")
+    state = make_client().app.state.trainforge
+    assert state.telemetry.get(state.settings.run_folder("quiet")) is False
+    assert note("completed", False).endswith("(set hardware.telemetry=true).")
+    assert note("completed", True) == "The run ended before its first telemetry sample."
+
+
+def test_favicon_is_served_and_linked_even_before_sign_in(make_client):
+    client = make_client(token="s3cret")
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg") and "</svg>" in icon.text
+    assert client.get("/static/favicon.svg").status_code == 200
+    login = client.get("/login").text
+    assert '<link rel="icon" href="/static/favicon.svg"' in login
+    assert client.get("/runs").status_code == 401  # the rest still needs the token
+    page = client.get("/runs", headers={"Authorization": "Bearer s3cret"}).text
+    assert '<link rel="icon" href="/static/favicon.svg"' in page

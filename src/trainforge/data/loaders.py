@@ -1,7 +1,9 @@
 """Resumable data loaders: `StatefulDataLoader` settings shared by every dataset.
 
 Owns the train/val loader options (seeded shuffling whose position survives a checkpoint,
-worker options that torch only accepts with workers, pinning only when CUDA exists).
+worker options that torch only accepts with workers, pinning only when CUDA exists), and the
+one line that says when the loader workers outnumber the CPUs (torchdata's own warning, said
+twice per loader with a site-packages path, is filtered in `observe.quiet`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from trainforge.data.memory import passthrough_collate
 from trainforge.data.sampling import KeyedDataset, StepBatchSampler, StridedSampler
 from trainforge.errors import UserError
+
+_SAID_WORKERS: set[int] = set()  # worker counts already named, so the line comes once
 
 
 def make_loader(
@@ -44,6 +48,7 @@ def make_loader(
             f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
             "set it to 0 to load in the main process",
         )
+    note_too_many_workers(num_workers)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "drop_last": False,  # val must see every sample; train keeps the tail batch too
@@ -76,3 +81,25 @@ def make_loader(
             options["prefetch_factor"] = int(cfg.prefetch_factor)
         options["persistent_workers"] = bool(cfg.persistent_workers)
     return StatefulDataLoader(dataset, **options)
+
+
+def note_too_many_workers(num_workers: int) -> None:
+    """One line (per process, from the main rank) when `num_workers` loader processes
+    outnumber the CPUs this process may use (affinity and cgroup quota, as Slurm and
+    containers set them): they then compete with training and can stall loading."""
+    if num_workers <= 0 or num_workers in _SAID_WORKERS:
+        return
+    from trainforge.hardware.threads import usable_cores
+    from trainforge.parallel import context
+
+    cores = usable_cores()
+    if num_workers <= cores:
+        return
+    _SAID_WORKERS.add(num_workers)
+    if context().is_main:
+        print(
+            f"data: {num_workers} loader workers on {cores} usable CPU core"
+            f"{'s' if cores != 1 else ''} can slow or stall loading; set "
+            f"data.dataloader_num_workers={cores} or fewer (0 loads in the training process)",
+            flush=True,
+        )

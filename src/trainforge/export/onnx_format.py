@@ -8,13 +8,21 @@ The written model is run with onnxruntime on every validation sample and compare
 fp32 PyTorch outputs; a max absolute difference above the tolerance is an error and leaves no
 artifact. The summary carries the `trtexec` commands that build FP16 and INT8 TensorRT
 engines from it on a Jetson.
+
+Below opset 18 the dynamo exporter writes opset 18 and converts the model down (onnxscript's
+version converter, else onnx's); torch and onnxscript each log a multi-line notice about it.
+Those notices are held back during the export (`quiet_opset_notices`) and the written
+model's opset is checked instead: a model that did not reach the opset asked for is an error
+that says so, never a summary naming the wrong opset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +40,31 @@ if TYPE_CHECKING:
 ONNX_FILE = "model.onnx"
 # Above this many bytes of weights the graph keeps them in an external file (protobuf: 2 GiB).
 EXTERNAL_DATA_BYTES = 1 << 30
+# The loggers of the opset-conversion notices (see the module docstring).
+OPSET_NOTICE_LOGGERS = ("torch.onnx._internal.exporter._compat", "onnxscript.version_converter")
+
+
+@contextlib.contextmanager
+def quiet_opset_notices() -> Iterator[None]:
+    """Hold back the exporters' opset-conversion notices (warnings below ERROR)."""
+    loggers = [logging.getLogger(name) for name in OPSET_NOTICE_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def written_opset(path: Path) -> int | None:
+    """The default-domain opset the ONNX file at `path` imports (None when it names none)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return versions[0] if versions else None
 
 
 def to_onnx(
@@ -72,17 +105,28 @@ def to_onnx(
     )
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stdout(captured), warnings.catch_warnings():
+        with contextlib.redirect_stdout(captured), warnings.catch_warnings(), quiet_opset_notices():
             warnings.simplefilter("ignore")
             with attention_symbolic(opset):
                 torch.onnx.export(model.eval(), (example,), str(path), **kwargs)
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        other = "torchscript" if exporter == "dynamo" else "dynamo"
+        other = other_exporter(exporter)
         raise UserError(
             f"ONNX export failed ({exporter} exporter, opset {opset}): {first}",
             f"try --exporter {other} or another --opset",
         ) from None
+    found = written_opset(path)
+    if found != opset:
+        raise UserError(
+            f"ONNX export ({exporter} exporter) wrote opset {found}, not the --opset {opset} "
+            "asked for: the conversion to that opset did not succeed",
+            f"use --opset {found}, or try --exporter {other_exporter(exporter)}",
+        )
+
+
+def other_exporter(exporter: str) -> str:
+    return "torchscript" if exporter == "dynamo" else "dynamo"
 
 
 def trtexec_commands(onnx_path: Path, int8_path: Path, spec: dict[str, Any]) -> dict[str, str]:

@@ -142,18 +142,35 @@ class NvmlSource:
 
 
 class PsutilSource:
-    """CPU load, system RAM, and this process's resident memory including its children."""
+    """CPU load, system RAM, and this process's resident memory including its children.
+
+    CPU load is the busy share of the CPU times since the previous sample, kept here rather
+    than in `psutil.cpu_percent(interval=None)`, whose reference point is per thread: a
+    source made on one thread and sampled on the sampler's would read 0.0 first. The first
+    sample waits until `MIN_CPU_WINDOW_S` has passed since the source was made, so that it
+    covers enough kernel ticks (10 ms each) to be a real reading.
+    """
 
     name = "psutil"
+    MIN_CPU_WINDOW_S = 0.25
 
     def __init__(self) -> None:
         self._process = psutil.Process(os.getpid())
-        psutil.cpu_percent(interval=None)  # the first call only sets the reference point
+        self._cpu_times = psutil.cpu_times()
+        self._cpu_at = time.monotonic()
+
+    def _cpu_util_pct(self) -> float:
+        wait = self._cpu_at + self.MIN_CPU_WINDOW_S - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        before, after = self._cpu_times, psutil.cpu_times()
+        self._cpu_times, self._cpu_at = after, time.monotonic()
+        return busy_pct(before, after)
 
     def sample(self) -> dict[str, float]:
         memory = psutil.virtual_memory()
         return {
-            "cpu_util_pct": float(psutil.cpu_percent(interval=None)),
+            "cpu_util_pct": self._cpu_util_pct(),
             # total - available is what `free` calls used: page cache does not count.
             "ram_used_mib": (memory.total - memory.available) / _MIB,
             "ram_total_mib": memory.total / _MIB,
@@ -170,6 +187,15 @@ class PsutilSource:
 
     def close(self) -> None:
         pass
+
+
+def busy_pct(before: Any, after: Any) -> float:
+    """The busy share in percent between two `psutil.cpu_times()` readings, as psutil's
+    cpu_percent counts it: idle and I/O wait are not busy, guest time is already in user."""
+    delta = {name: max(0.0, getattr(after, name) - getattr(before, name)) for name in after._fields}
+    total = sum(delta.values()) - delta.get("guest", 0.0) - delta.get("guest_nice", 0.0)
+    busy = total - delta.get("idle", 0.0) - delta.get("iowait", 0.0)
+    return round(100.0 * busy / total, 1) if total > 0 else 0.0
 
 
 def available_sources(

@@ -19,7 +19,10 @@ running `scontrol requeue`. The requeued job runs the same script and the run co
 from its newest checkpoint by itself. A SIGUSR1 sent to the batch shell instead
 (`--signal=B:USR1@...`, `scancel --batch`) is passed on to the step by a trap.
 `--kill-on-bad-exit=0`: after SIGUSR1 the training processes exit with 138, and other nodes
-must not be killed while rank 0 still saves and requeues.
+must not be killed while rank 0 still saves and requeues. torchrun itself is started as
+`python -m trainforge.launch.torchrun` (launch/torchrun.py: torch's elastic agent, the same
+arguments), so that a planned stop leaves trainforge's lines in the job log, not torchrun's
+crash report and traceback.
 
 Written by hand: submitit renders and submits Slurm jobs too, but it pickles a Python
 function per task and runs its own process management instead of torchrun, and its
@@ -47,6 +50,8 @@ GENERIC_GPUS_PER_NODE = 4  # the training-pipeline assets README: 4x A100 per no
 # itself), and SIGTERM not among the signals torchrun handles and forwards.
 TORCHRUN_SIGNALS_TO_HANDLE = "SIGINT,SIGHUP,SIGQUIT"
 TORCHRUN_WRAPPER = ("bash", "-c", 'trap "" USR1 TERM; exec "$@"', "torchrun")
+# torchrun with trainforge's handling of how the processes end (launch/torchrun.py).
+TORCHRUN = ("python", "-m", "trainforge.launch.torchrun")
 
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
 _JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -243,11 +248,12 @@ def _launch_block(nproc: str, train: str, env: list[str]) -> list[str]:
         "# (scancel, time limit, preemption) to every process of the srun step. torchrun runs",
         "# with both ignored so that no training process gets a second copy: on SIGUSR1 they",
         "# save checkpoint_interrupted and requeue the job, which resumes from it by itself;",
-        "# on SIGTERM they save it and stop.",
+        "# on SIGTERM they save it and stop. torchrun runs as trainforge.launch.torchrun (same",
+        "# options), which reports such a planned stop in one line instead of a crash report.",
         f"export PET_SIGNALS_TO_HANDLE={TORCHRUN_SIGNALS_TO_HANDLE}  # torchrun: not SIGTERM",
         'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=0 \\',
         f"    {shlex.join(TORCHRUN_WRAPPER)} \\",
-        f'    torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {nproc} \\',
+        f'    {shlex.join(TORCHRUN)} --nnodes "$SLURM_NNODES" --nproc-per-node {nproc} \\',
         '    --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"'
         ' --rdzv-id "$SLURM_JOB_ID" \\',
         f"    {train} &",

@@ -9,6 +9,12 @@ RUN/profiler/ through `torch.profiler.tensorboard_trace_handler`, whose `*.pt.tr
 file is Chrome trace JSON: https://ui.perfetto.dev opens it as is, and
 `tensorboard --logdir runs/NAME` shows it with the PyTorch profiler plugin installed.
 
+Kineto, the tracing library under torch.profiler, logs to stderr from C++: "USDT ...
+profiler_start/profiler_stop" on every window and, on a machine without a CUDA driver,
+"ERROR ... gpuGetDeviceCount failed with code 35". None of it is about the trace written
+(the window's own lines say where it is), so its log is off unless the user sets
+`KINETO_LOG_LEVEL` (0: everything), which kineto reads when the first profiler starts.
+
 Off by default and free when off: the run adds this callback only when `profile_steps` is
 set, so an unprofiled run has no profiler object and no per-step check at all.
 Considered: torch.profiler's own `schedule(wait, warmup, active)`, which would need the
@@ -18,6 +24,7 @@ simpler and counts steps from where the run starts, so a resumed run profiles to
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +35,9 @@ if TYPE_CHECKING:
     from trainforge.engine.trainer import Trainer
 
 NUM_TOP_OPERATORS = 12
+KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
+# Above kineto's highest severity (VERBOSE 0 ... ERROR 4, USDT 5): nothing is logged.
+KINETO_QUIET = "6"
 
 
 class ProfilerWindow(Callback):
@@ -67,6 +77,7 @@ class ProfilerWindow(Callback):
     def _start(self, trainer: Trainer) -> None:
         from torch.profiler import ProfilerActivity, profile
 
+        os.environ.setdefault(KINETO_LOG_ENV, KINETO_QUIET)
         activities = [ProfilerActivity.CPU]
         if getattr(trainer.device, "type", "cpu") == "cuda":
             activities.append(ProfilerActivity.CUDA)

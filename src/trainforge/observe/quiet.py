@@ -3,6 +3,10 @@ at process start, each item narrowly (by message and module, or by one named log
 with the reason it is noise. Everything else, warnings included, still reaches the console.
 
 - torchdata's StatefulDataLoader calls `torch.set_vital`, which torch itself deprecates.
+- torchdata's "This DataLoader will create N worker processes in total" (twice per loader,
+  with a site-packages path): `data.loaders` says it once in trainforge's words, with the
+  setting to change, whenever the workers outnumber the CPUs this process may use (never
+  more than torchdata's own count, so it is said whenever torchdata would say it).
 - DDP's "Grad strides do not match bucket view strides": the batched augmentation hands the
   ViT channels-last image batches, so the patch convolution's weight gradient comes out
   channels-last while its parameter (and DDP's bucket view) is contiguous; the reducer copies
@@ -34,6 +38,7 @@ from typing import Any
 # (message regex, category, module regex of the code the warning is attributed to)
 WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (r"'set_vital' is deprecated", UserWarning, r"torchdata\."),
+    (r"This DataLoader will create \d+ worker processes in total", UserWarning, r"torchdata\."),
     (r"Grad strides do not match bucket view strides", UserWarning, r"torch\.autograd\."),
     (r"`is_gradient_checkpointing` is deprecated", FutureWarning, r"transformers\."),
 )

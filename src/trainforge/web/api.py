@@ -78,6 +78,11 @@ class RunOut(BaseModel):
     interrupted_checkpoint: bool
     report: str | None
     resumable: bool
+    origin: str = Field(
+        "app", description="'app', or 'command line' for a run `trainforge train` started."
+    )
+    model_ready: bool = Field(False, description="The output model folder has been written.")
+    telemetry_note: str = Field("", description="What stands in for telemetry while none came.")
 
 
 class ErrorsOut(BaseModel):
@@ -92,10 +97,22 @@ def _state(request: Request) -> AppState:
 def _record(state: AppState, run_id: str) -> RunRecord:
     if not is_plain_name(run_id):
         raise HTTPException(400, f"run id {run_id!r} is not a plain name")
-    record = state.registry.get(run_id)
+    record = state.get_run(run_id)
     if record is None:
         raise HTTPException(404, f"no run {run_id!r}")
     return record
+
+
+def _app_run(state: AppState, record: RunRecord, action: str) -> None:
+    """409 for a command-line run the app has no process of: it is stopped where it runs."""
+    if state.registry.get(record.id) is None:
+        folder = state.settings.cli_run_folder(record.id)
+        raise HTTPException(
+            409,
+            f"run {record.id} was started from the command line, so the app cannot {action} "
+            f"it; press Ctrl+C where it runs (it saves a checkpoint), then resume it here or "
+            f"with `{resume_command(folder)}`",
+        )
 
 
 def errors_response(errors: dict[str, list[str]]) -> JSONResponse:
@@ -169,7 +186,7 @@ def _name_conflict(state: AppState, form: TrainForm, lm: bool) -> str | None:
 @router.get("/runs")
 def list_runs(request: Request) -> list[RunOut]:
     state = _state(request)
-    return [RunOut(**state.run_view(r)) for r in state.registry.list()]
+    return [RunOut(**state.run_view(r)) for r in state.list_runs()]
 
 
 # Many clients poll a run's status, so it runs on the event loop, like the event streams:
@@ -188,7 +205,7 @@ def stop_run(request: Request, run_id: str) -> RunOut:
     """SIGINT: the run finishes its step, saves checkpoint_interrupted and exits 130.
     Asked again while it is stopping: SIGTERM. A queued run is cancelled."""
     state = _state(request)
-    _record(state, run_id)
+    _app_run(state, _record(state, run_id), "stop")
     try:
         record = state.runner.stop(run_id)
     except UserError as err:
@@ -200,7 +217,7 @@ def stop_run(request: Request, run_id: str) -> RunOut:
 def cancel_run(request: Request, run_id: str) -> RunOut:
     """Take a queued run out of the queue before it starts (a running one: use stop)."""
     state = _state(request)
-    _record(state, run_id)
+    _app_run(state, _record(state, run_id), "cancel")
     try:
         record = state.runner.cancel(run_id)
     except UserError as err:
@@ -218,6 +235,10 @@ def resume_run(request: Request, run_id: str) -> RunOut:
     if not recorded and not (state.settings.root / record.config).is_file():
         # Without run.json the attempt names the config file again (runner.attempt_args).
         raise HTTPException(409, f"the run's config {record.config} no longer exists")
+    if state.registry.get(record.id) is None:
+        if record.active:  # started from the command line and still training there
+            _app_run(state, record, "resume")
+        state.registry.save(record)  # from now on the app runs it
     try:
         record = state.runner.resume(run_id)
     except UserError as err:
@@ -274,7 +295,7 @@ async def _run_stream(
     last_status: str | None = None
     beat = time.monotonic()
     while not await request.is_disconnected():
-        record = state.registry.get(run_id)
+        record = state.get_run(run_id)
         if record is None:
             return
         records, offset = read_records(path, offset)
@@ -308,7 +329,7 @@ async def events(request: Request) -> StreamingResponse:
         seen: dict[str, str] | None = None
         beat = time.monotonic()
         while not await request.is_disconnected():
-            now = {r.id: r.status for r in state.registry.list()}
+            now = {r.id: r.status for r in state.list_runs()}
             if now != seen:
                 changed = [k for k, v in now.items() if seen is None or seen.get(k) != v]
                 seen = now

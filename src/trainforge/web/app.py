@@ -6,8 +6,8 @@ adds the dialog, the live charts and refreshes.
 
 The access guard runs before every request. With a token configured, a request must carry
 it (`Authorization: Bearer TOKEN`, or the cookie that /login sets, which holds a hash of the
-token, not the token); only the login page and its form are open. The token is never put
-in a URL, so access logs never see it. Unsafe methods from another site's page (an Origin
+token, not the token); only the login page, its form and the icon are open. The token is
+never put in a URL, so access logs never see it. Unsafe methods from another site's page (an Origin
 header that is not this host) are refused, and a loopback bind without a token accepts
 only loopback Host headers, so a web page cannot reach the app through DNS rebinding.
 """
@@ -39,7 +39,10 @@ from trainforge.web.settings import WebSettings
 
 HERE = Path(__file__).parent
 COOKIE = "trainforge_token"
-OPEN_PATHS = ("/login", "/api/login")
+FAVICON = HERE / "static" / "favicon.svg"
+# The sign-in page and its form, and the icon a browser asks for on every page (the login
+# page's tab too): nothing else is served without the token.
+OPEN_PATHS = ("/login", "/api/login", "/favicon.ico", "/static/favicon.svg")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
@@ -181,13 +184,18 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
         context.update(active=active, version=__version__, platform=state.platform)
         return templates.TemplateResponse(request, name, context)
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico whatever the page links (the JSON API docs, a report).
+        return FileResponse(FAVICON, media_type="image/svg+xml")
+
     @app.get("/", include_in_schema=False)
     def home() -> RedirectResponse:
         return RedirectResponse("/runs", status_code=303)
 
     @app.get("/runs", response_class=HTMLResponse, include_in_schema=False)
     def runs_page(request: Request, dialog: str | None = None) -> HTMLResponse:
-        runs = [state.run_view(r) for r in state.registry.list()]
+        runs = [state.run_view(r) for r in state.list_runs()]
         return page(request, "runs.html", "runs", runs=runs, open_dialog=dialog == "open")
 
     @app.get("/train", include_in_schema=False)

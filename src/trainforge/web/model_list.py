@@ -66,14 +66,20 @@ def describe(folder: Path) -> dict[str, Any]:
 
 
 def _short_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the Models page shows of trainforge.json: task, base, data, steps, metrics."""
+    """What the Models page shows of trainforge.json: for a trained model its task, base,
+    data, steps and metrics; for one `trainforge models init` made, how (size, seed,
+    corpus, vocabulary)."""
     if not summary:
         return None
     keep = ("task", "created_at", "base_model", "global_step", "config_hash")
+    keep += ("created_by", "size", "seed", "vocab_size")  # trainforge models init
     out: dict[str, Any] = {k: summary[k] for k in keep if k in summary}
     dataset = summary.get("dataset")
     if isinstance(dataset, dict) and dataset.get("train_file"):
         out["train_file"] = dataset["train_file"]
+    corpus = summary.get("corpus")
+    if isinstance(corpus, list) and corpus:
+        out["corpus"] = ", ".join(str(p) for p in corpus)
     metrics = summary.get("metrics")
     if isinstance(metrics, dict):
         out["metrics"] = {k: v for k, v in metrics.items() if isinstance(v, int | float)}

@@ -1,4 +1,4 @@
-"""What a run folder says about a run: metrics records, checkpoints, summary.
+"""What a run folder says about a run: metrics records, checkpoints, summary, telemetry.
 
 Every path comes from `trainforge.runfolder.RunFolder`, the one owner of a run folder's
 layout. The trainer appends one JSON line per logging point to the metrics file (split
@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from trainforge.runfolder import RunFolder
 
@@ -83,6 +85,49 @@ class MetricsCache:
             state.count += len(records)
             state.offset = offset
             return Latest(state.offset, state.count, dict(state.by_split))
+
+
+class TelemetrySetting:
+    """`hardware.telemetry` of each run, from its config.resolved.yaml (None until the run
+    has written it), read again only when the file changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[Path, tuple[int, bool | None]] = {}
+
+    def get(self, folder: RunFolder) -> bool | None:
+        path = folder.resolved_config
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        with self._lock:
+            cached = self._runs.get(path)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        try:
+            value = yaml.safe_load(path.read_text(encoding="utf-8"))["hardware"]["telemetry"]
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            value = None
+        setting = value if isinstance(value, bool) else None
+        with self._lock:
+            self._runs[path] = (mtime, setting)
+        return setting
+
+
+def telemetry_note(status: str, telemetry: bool | None) -> str:
+    """What the run page's Telemetry table says while the run has no telemetry record."""
+    if telemetry is False:
+        return "This run records no telemetry (set hardware.telemetry=true)."
+    if status == "queued":
+        return "Waiting for the run to start."
+    if status in ("running", "stopping"):
+        return "Waiting for the first telemetry sample."
+    if status == "failed":
+        return "The run failed before it recorded telemetry."
+    if status == "cancelled":
+        return "The run was cancelled before it started."
+    return "The run ended before its first telemetry sample."
 
 
 def interrupted_checkpoint(folder: RunFolder) -> Path:

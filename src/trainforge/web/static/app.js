@@ -169,8 +169,11 @@ const TF = (() => {
     body.replaceChildren(...data.map((run) => {
       const row = el("tr");
       row.dataset.run = run.id;
-      const link = el("a", run.id);
-      link.href = `/runs/${encodeURIComponent(run.id)}`;
+      const link = el("span");
+      const anchor = el("a", run.id);
+      anchor.href = `/runs/${encodeURIComponent(run.id)}`;
+      link.append(anchor);
+      if (run.origin !== "app") link.append(" ", el("span", `(${run.origin})`, "muted origin"));
       const train = run.latest.train || {};
       const cells = [
         link, run.task, el("span", run.status, `status status-${run.status}`),

@@ -1,4 +1,6 @@
 // The run page: live progress from the server-sent event stream, Stop and Resume.
+// Telemetry shows only the run's telemetry records; the task's other numbers (tokens/s,
+// perplexity, model TFLOPS, ...) go beside the training stats.
 "use strict";
 
 (() => {
@@ -13,12 +15,14 @@
   };
   const KNOWN = new Set(["time", "split", "step", "epoch", "loss", "accuracy", "lr",
     "samples_per_s", "step_time_s", "data_wait_share", "compute_time_s", "grad_norm"]);
+  const RECORD_KEYS = new Set(["time", "split", "step", "epoch"]);
   let offset = 0;
   let source = null;
   let logTimer = null;
   // The newest value of every telemetry reading: a batch of records without a telemetry
   // record (most of them) must not blank the readings an earlier one showed.
   const readings = {};
+  const more = {};  // the newest value of every other train and validation metric
 
   const fmt = (value, digits) => (value == null ? "" : Number(value.toPrecision(digits)).toString());
 
@@ -42,15 +46,31 @@
       }
       if (r.step != null) $("s-step").textContent = r.step;
       for (const [key, value] of Object.entries(r)) {
-        if (!KNOWN.has(key) && typeof value === "number" && (split === "telemetry" || split === "train")) {
+        if (typeof value !== "number") continue;
+        if (split === "telemetry" && !RECORD_KEYS.has(key)) {
           readings[key] = value;
           sawReadings = true;
+        } else if ((split === "train" || split === "val") && !KNOWN.has(key)) {
+          more[split === "val" ? `val ${key}` : key] = value;
         }
       }
     }
     if (sawReadings) TF.renderReadings($("telemetry"), readings);
+    showMore();
     Object.values(charts).forEach((c) => c.draw());
     updateProgress();
+  }
+
+  function showMore() {
+    const box = $("more-metrics");
+    const keys = Object.keys(more).sort();
+    box.hidden = !keys.length;
+    box.replaceChildren(...keys.map((key) => {
+      const stat = TF.el("div");
+      stat.dataset.metric = key;
+      stat.append(TF.el("span", key.replaceAll("_", " "), "label"), TF.el("span", fmt(more[key], 4)));
+      return stat;
+    }));
   }
 
   function updateProgress() {
@@ -69,19 +89,32 @@
     badge.className = `status status-${view.status}`;
     const place = view.position ? ` (place ${view.position} in the queue)` : "";
     $("run-message").textContent = (view.message || "") + place;
-    $("stop-button").hidden = !["queued", "running", "stopping"].includes(view.status);
+    // A run started from the command line is stopped where it runs (the app has no process).
+    const foreign = view.origin !== "app" && view.pid == null;
+    $("stop-button").hidden = foreign || !["queued", "running", "stopping"].includes(view.status);
     $("stop-button").textContent = view.status === "stopping" ? "Stop now (SIGTERM)"
       : view.status === "queued" ? "Cancel" : "Stop";
     $("resume-button").hidden = !view.resumable;
     const report = $("report-link");
     report.hidden = !view.report;
     if (view.report) report.href = view.report;
+    const model = $("model-link");
+    if (model) model.hidden = !view.model_ready;  // a failed or stopped run wrote no model
+    const note = $("telemetry-note");
+    if (note) note.textContent = view.telemetry_note;  // there until the first record
     updateProgress();
   }
 
+  // The Output pane follows the newest lines (the stop message, the resume line) unless
+  // the reader has scrolled up to read earlier ones.
   async function refreshLog() {
     const { ok, data } = await TF.api("GET", `/api/runs/${encodeURIComponent(run.id)}/log?lines=30`);
-    if (ok) $("run-log").textContent = data.lines.join("\n");
+    if (!ok) return;
+    const log = $("run-log");
+    const following = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+    log.textContent = data.lines.length || run.origin === "app" ? data.lines.join("\n")
+      : "Started from the command line: its output is in the terminal that started it.";
+    if (following) log.scrollTop = log.scrollHeight;
   }
 
   function connect() {
