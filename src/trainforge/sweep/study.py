@@ -159,8 +159,8 @@ def storage(folder: SweepFolder) -> Any:
 def build_pruner(name: str) -> Any:
     optuna = need_optuna()
     if name == "median":
-        # Five trials finish before any is judged; the first validation is never judged.
-        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+        # Optuna's defaults: five trials finish before any is judged.
+        return optuna.pruners.MedianPruner(n_startup_trials=5)
     if name == "asha":
         return optuna.pruners.SuccessiveHalvingPruner()
     return optuna.pruners.NopPruner()
