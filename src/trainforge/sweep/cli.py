@@ -24,7 +24,9 @@ PRUNERS = ("median", "asha", "none")
 METRICS = ("accuracy", "loss", "perplexity", "per", "wer")
 # --name value options of the sweep itself; --slurm and --submit take none.
 _VALUE_OPTS = ("space", "trials", "name", "parallel", "metric", "direction", "pruner")
-_SLURM_VALUE_OPTS = ("time", "partition", "account", "cpus-per-task", "job-name", "sbatch")
+_SLURM_VALUE_OPTS = (
+    "time", "partition", "account", "cpus-per-task", "gpus-per-node", "job-name", "sbatch",
+)  # fmt: skip
 USAGE = (
     "trainforge sweep CONFIG --space SPACE.yaml --trials N [--name NAME] [--parallel K] "
     "[--metric NAME --direction maximize|minimize] [--pruner median|asha|none] "
@@ -252,7 +254,11 @@ def run_sweep(plan: dict[str, Any]) -> int:
     finished = sweep.run()
     for line in status(folder):
         print(line)
-    if not finished:
-        print(f"sweep stopped; run the same command again to continue {folder.path}")
-        return 130
-    return 0
+    if finished:
+        return 0
+    print(f"sweep stopped; run the same command again to continue {folder.path}")
+    if sweep.received == "SIGUSR1":  # Slurm's warning before the time limit
+        from trainforge.sweep.slurm import requeue_own_task
+
+        requeue_own_task()
+    return 130

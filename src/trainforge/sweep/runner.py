@@ -49,6 +49,7 @@ class Sweep:
         self.seed = seed
         self.say = say
         self.stopping = threading.Event()
+        self.received: str | None = None  # the signal that stopped the sweep
         self.children: list[subprocess.Popen] = []
         self._say_lock = threading.Lock()
 
@@ -74,10 +75,13 @@ class Sweep:
         previous: dict[int, Any] = {}
 
         def handler(signum: int, _frame: Any) -> None:
+            self.received = signal.Signals(signum).name
             self.stopping.set()
+            # Each trial saves its checkpoint and stops; the sweep itself requeues a Slurm
+            # task after SIGUSR1 (a trial would requeue it too on its own SIGUSR1).
             for child in list(self.children):
                 with contextlib.suppress(OSError):
-                    child.send_signal(signum if signum != signal.SIGINT else signal.SIGTERM)
+                    child.send_signal(signal.SIGTERM)
 
         try:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
