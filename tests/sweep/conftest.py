@@ -15,3 +15,7 @@ def space_file(tmp_path: Path):
         return path
 
     return write
+
+
+# The real single-node Slurm of `make test-slurm`, shared with the launch tests.
+from launch.conftest import slurm_cluster  # noqa: E402, F401
