@@ -1,5 +1,5 @@
 """What a sweep found: one row per counted trial, the best marked; printed, summary.csv,
-summary.md.
+summary.md (and report.html, `sweep.report`).
 
 Read from the journal (Optuna's own record of params, states and values) and from each
 trial's run folder (steps trained and training time from its summary.json, or, for a trial
@@ -162,13 +162,17 @@ def write(folder: SweepFolder, found: list[Row], request: dict[str, Any]) -> Non
 
 
 def status(folder: SweepFolder) -> list[str]:
-    """`trainforge sweep status`: the table (written to summary.csv and summary.md too)."""
+    """`trainforge sweep status`: the table (written to summary.csv and summary.md too, and
+    the plots to report.html)."""
+    from trainforge.sweep.report import write_report
+
     found, request = rows(folder)
     write(folder, found, request)
+    write_report(folder, found, request)
     done = sum(r.state in ("COMPLETE", "PRUNED", "FAIL") for r in found)
     lines = table(found, request["metric"])
     lines.append(
         f"{done} of {request['trials']} trials finished; "
-        f"summary: {folder.summary_csv}, {folder.summary_md}"
+        f"summary: {folder.summary_csv}, {folder.summary_md}, {folder.report}"
     )
     return lines
