@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fakes.sweeps import DIGITS, TINY, load_study, run_sweep, sweep_args
+from trainforge.engine import checkpoint as ckpt
 
 FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 
@@ -144,8 +145,12 @@ def test_digits_with_a_median_pruner(tmp_path, space_file):
     states = [t.state.name for t in study.trials]
     assert len(states) == 12 and "PRUNED" in states and "RUNNING" not in states
     pruned = next(t for t in study.trials if t.state.name == "PRUNED")
-    ckpts = list((folder / f"trial-{pruned.number:03d}" / "checkpoints").iterdir())
-    assert any(p.name.startswith("checkpoint-") for p in ckpts)  # stopped cleanly, saved
+    run = folder / f"trial-{pruned.number:03d}"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("pruned") and summary["global_step"] < 20
+    # stopped cleanly: a checkpoint of the step it stopped at
+    assert ckpt.latest(run / "checkpoints").global_step == summary["global_step"]
+    assert max(pruned.intermediate_values) == summary["global_step"]
 
     rows = {r["trial"]: r for r in csv.DictReader((folder / "summary.csv").open())}
     for t in study.trials:

@@ -13,7 +13,7 @@ from the sweep folder (`sweep.summary`), never from the sweep's printed lines.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
@@ -35,7 +35,7 @@ class SweepRequest(BaseModel):
     space: str = Field(description="The space file's YAML text (see docs/sweeps.md).")
     trials: int = Field(ge=1, le=10000, description="Trials in the study.")
     name: str = Field(description="The sweep folder's name under the runs folder.")
-    pruner: str = Field("median", description="median, asha or none.")
+    pruner: Literal["median", "asha", "none"] = Field("median", description="The pruner.")
     args: list[str] = Field(default_factory=list, description="Train flags for every trial.")
 
 
@@ -43,10 +43,17 @@ def _state(request: Request) -> Any:
     return request.app.state.trainforge
 
 
+def _plain(name: str) -> str:
+    try:
+        return check_name(name, "sweep name")
+    except UserError as err:
+        raise HTTPException(400, err.line()) from None
+
+
 def _sweep_folder(state: Any, name: str) -> Any:
     from trainforge.sweep.study import SweepFolder
 
-    return SweepFolder(state.settings.runs_path / check_name(name, "sweep name"))
+    return SweepFolder(state.settings.runs_path / _plain(name))
 
 
 def sweep_view(state: Any, name: str) -> dict[str, Any]:
@@ -99,7 +106,7 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     from trainforge.sweep.cli import prepare, split_args
 
     state = _state(request)
-    name = check_name(body.name, "sweep name")
+    name = _plain(body.name)
     existing = state.registry.get(name)
     if existing is not None and existing.active:
         raise HTTPException(409, f"sweep {name} is {existing.status}")
@@ -111,8 +118,10 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     try:
         own, rest = split_args(argv)
         prepare(own, rest)  # reads files relative to the server's folder, as the run will
-    except UserError as err:
-        return JSONResponse({"errors": err.line().splitlines()}, status_code=422)
+    except (UserError, OSError, ValueError) as err:
+        space_path.unlink(missing_ok=True)  # a refused sweep leaves nothing behind
+        lines = err.line().splitlines() if isinstance(err, UserError) else [str(err)]
+        return JSONResponse({"errors": lines}, status_code=422)
     record = RunRecord(id=name, task="sweep", config=body.config, profile="auto", argv=argv,
                        form=body.model_dump())  # fmt: skip
     state.runner.submit(record)
