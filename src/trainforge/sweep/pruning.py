@@ -34,6 +34,8 @@ class PruningCallback(Callback):
             return
         step = trainer.state.global_step
         self.trial.report(float(value), step)
+        if trainer.all_steps_done():
+            return  # the closing validation: the trial is complete, nothing left to save
         if self.trial.should_prune():
             trainer.stop(f"{PRUNED_PREFIX} by the sweep's pruner at step {step}")
 
