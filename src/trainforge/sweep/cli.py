@@ -127,15 +127,18 @@ def prepare(own: dict[str, Any], rest: list[str]) -> dict[str, Any]:
         problems.append(f"--direction {own['direction']}: use maximize or minimize")
     space, found = read_space(Path(own["space"]))
     problems += found
-    base, found = _check_config(args, space)
+    metric = own.get("metric") or space.metric
+    base, found = _check_config(args, space, metric)
     problems += found
     if problems:
         _refuse(problems)
     return _request(own, rest, args, space, base, trials)
 
 
-def _check_config(args: Any, space: Space) -> tuple[Any, list[str]]:
-    """The resolved base config and the problems of the config and of every space value."""
+def _check_config(args: Any, space: Space, metric: str | None) -> tuple[Any, list[str]]:
+    """The resolved base config and the problems of the config, of the metric asked for
+    (one the task reports, judged as `evaluation.metric_for_best_model`) and of every space
+    value."""
     from trainforge.config import ConfigError, validate
     from trainforge.config.flags import leaf_types
     from trainforge.hardware import detect
@@ -160,19 +163,24 @@ def _check_config(args: Any, space: Space) -> tuple[Any, list[str]]:
         try:
             resolve([f"{path}={yaml_scalar(value)}"])
         except ConfigError as err:
-            return [_reason(line, path) for line in err.lines]
+            return [_reason(line, path, value) for line in err.lines]
         except UserError as err:
             return [err.line()]
         return []
 
-    return base, check_against_schema(space, leaf_types(), probe)
+    problems = []
+    if metric is not None:
+        problems = [f"metric: {line}" for line in probe("evaluation.metric_for_best_model", metric)]
+    return base, problems + check_against_schema(space, leaf_types(), probe)
 
 
-def _reason(line: str, path: str) -> str:
-    """A validation line without its file label and the `PATH = VALUE` the caller names."""
+def _reason(line: str, path: str, value: Any) -> str:
+    """A validation line without its file label, and without the `PATH = VALUE: ` the
+    caller names itself."""
     text = line.split(": ", 1)[-1]
-    if text.startswith(path):
-        text = text.split(": ", 1)[-1]
+    for shown in {str(value), repr(value), yaml_scalar(value)}:
+        if text.startswith(f"{path} = {shown}: "):
+            return text[len(f"{path} = {shown}: ") :]
     return text
 
 
