@@ -28,6 +28,7 @@ def _folder_number(trial) -> int:
     return int(trial.system_attrs.get("failed_trial", trial.number))
 
 
+@pytest.mark.slow
 def test_a_failing_trial_records_its_reason_and_the_sweep_goes_on(tmp_path, space_file):
     space = space_file("params:\n  data.dataset: {choice: [digits, image-folder]}\n")
     args = sweep_args(space, 3, "fails", "--set", "data.root=nowhere", "--max_steps", "10")
@@ -55,6 +56,11 @@ def test_a_failing_trial_records_its_reason_and_the_sweep_goes_on(tmp_path, spac
         f"trial-{t.number:03d}": t.state.name for t in trials
     }
     assert "| trial | state | accuracy |" in (folder / "summary.md").read_text()
+    report = (folder / "report.html").read_text()
+    assert "Parallel coordinates" in report and "accuracy by trial" in report
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert report.count("<circle") == len(complete)  # one point per trial with a metric
+    assert report.count("<polyline") >= len(complete)  # its validation curve
 
 
 def _wait_for(predicate, what: str, deadline_s: float = 600.0) -> None:
