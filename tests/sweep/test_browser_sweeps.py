@@ -128,4 +128,14 @@ def test_sweeps_page_and_compare_runs_in_a_real_browser(server):
         expect(page.locator("#sweep-message")).to_contain_text("stopped", timeout=120_000)
         checkpoints = project / "runs" / "long-sweep" / "trial-000" / "checkpoints"
         assert (checkpoints / "checkpoint_interrupted").is_dir()
+        # Resume queues the same command: the sweep continues, the trial from its checkpoint.
+        page.locator("#sweep-resume").click()
+        expect(page.locator("#sweep-message")).to_contain_text("running")
+        log = project / "runs" / ".trainforge-web" / "logs" / "long-sweep.log"
+        deadline = time.monotonic() + 300
+        while "trial-000: resuming" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        page.locator("#sweep-stop").click()
+        expect(page.locator("#sweep-message")).to_contain_text("stopped", timeout=120_000)
         browser.close()

@@ -49,6 +49,7 @@
     $("sweep-message").textContent = `${s.status}${s.message ? ": " + s.message : ""} · ${s.metric} (${s.direction}), pruner ${s.pruner}`;
     $("sweep-metric").textContent = s.metric;
     $("sweep-stop").hidden = !["queued", "running", "stopping"].includes(s.status);
+    $("sweep-resume").hidden = !["stopped", "failed"].includes(s.status);
     $("sweep-report").href = `/sweeps/${encodeURIComponent(s.name)}/report`;
     $("sweep-compare").href = "/compare?" + s.trials.map((t) => `run=${encodeURIComponent(s.name + "/" + t.trial)}`).join("&");
     const body = $("sweep-trials").tBodies[0];
@@ -97,7 +98,14 @@
     refreshDetail();
   }
 
+  async function resume() {
+    // A sweep started here is a queue entry: Resume queues the same command, which continues.
+    if (current) await fetch(`/api/runs/${encodeURIComponent(current)}/resume`, { method: "POST" });
+    refreshDetail();
+  }
+
   $("sweep-form").addEventListener("submit", start);
+  $("sweep-resume").addEventListener("click", resume);
   $("sweep-stop").addEventListener("click", stop);
   const tick = async () => { await refreshList(); await refreshDetail(); };
   tick();
