@@ -264,6 +264,11 @@ def run_sweep(plan: dict[str, Any]) -> int:
         print(line)
     if finished:
         return 0
+    if sweep.error:
+        raise UserError(
+            f"sweep {folder.path} stopped: {sweep.error}",
+            "fix that, then run the same command again to continue",
+        )
     print(f"sweep stopped; run the same command again to continue {folder.path}")
     if sweep.received == "SIGUSR1":  # Slurm's warning before the time limit
         from trainforge.sweep.slurm import requeue_own_task

@@ -50,6 +50,7 @@ class Sweep:
         self.say = say
         self.stopping = threading.Event()
         self.received: str | None = None  # the signal that stopped the sweep
+        self.error: str | None = None  # why a worker could not go on
         self.children: list[subprocess.Popen] = []
         self._say_lock = threading.Lock()
 
@@ -91,6 +92,13 @@ class Sweep:
         return previous
 
     def _worker(self, index: int) -> None:
+        try:
+            self._work(index)
+        except Exception as err:  # a worker that cannot go on stops the sweep, with the reason
+            self.error = f"{type(err).__name__}: {err}".splitlines()[0]
+            self.stopping.set()
+
+    def _work(self, index: int) -> None:
         study = studies.open_study(self.folder, self.request, seed=self.seed + index)
         while not self.stopping.is_set():
             claimed = studies.claim(self.folder, study, self.request["trials"])
