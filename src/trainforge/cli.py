@@ -414,8 +414,8 @@ def slurm_cmd(ctx: typer.Context) -> None:
 
 @app.command("sweep", context_settings=_FORWARD, add_help_option=False)
 def sweep_cmd(ctx: typer.Context) -> None:
-    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N [train flags]`;
-    `sweep status runs/NAME`."""
+    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N TRAIN_FLAGS...`;
+    `sweep status runs/NAME` (--help: options)."""
     from trainforge.sweep.cli import sweep_main
 
     _exit_with(sweep_main(list(ctx.args)))
