@@ -70,13 +70,12 @@ def _last_reported(trial: Any) -> float | None:
 
 
 def _progress(run: RunFolder) -> tuple[int | None, float | None]:
-    for path in (run.summary,):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return data.get("global_step"), data.get("train_time_s")
-        except (OSError, json.JSONDecodeError):
-            pass
-    return _progress_from_metrics(run)
+    """(steps trained, training time in s): from summary.json once the trial ended."""
+    try:
+        data = json.loads(run.summary.read_text(encoding="utf-8"))
+        return data.get("global_step"), data.get("train_time_s")
+    except (OSError, json.JSONDecodeError):
+        return _progress_from_metrics(run)
 
 
 def _progress_from_metrics(run: RunFolder) -> tuple[int | None, float | None]:
