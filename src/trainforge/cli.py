@@ -528,6 +528,15 @@ def slurm_cmd(ctx: typer.Context) -> None:
     _exit_with(slurm_main(list(ctx.args)))
 
 
+@app.command("sweep", context_settings=_FORWARD, add_help_option=False)
+def sweep_cmd(ctx: typer.Context) -> None:
+    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N TRAIN_FLAGS...`;
+    `sweep status runs/NAME` (--help: options)."""
+    from trainforge.sweep.cli import sweep_main
+
+    _exit_with(sweep_main(list(ctx.args)))
+
+
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/vit_digits.")],

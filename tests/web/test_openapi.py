@@ -24,6 +24,12 @@ PAGE_ACTIONS = {
     "Models list": ("get", "/api/models"),
     "System": ("get", "/api/system"),
     "sign-in": ("post", "/api/login"),
+    "Sweeps: start a sweep (validates; one line per problem)": ("post", "/api/sweeps"),
+    "Sweeps list": ("get", "/api/sweeps"),
+    "Sweeps: a sweep's trials and curves": ("get", "/api/sweeps/{name}"),
+    "Sweeps: Stop": ("post", "/api/sweeps/{name}/stop"),
+    "Compare runs: the runs to pick from": ("get", "/api/compare/runs"),
+    "Compare runs: curves": ("get", "/api/compare/curves"),
 }
 _CALL = re.compile(r"""api\(\s*"(GET|POST)",\s*[`"](/api/[^`"?]*)""")
 _STREAM = re.compile(r"""new EventSource\(\s*[`"](/api/[^`"?]*)""")

@@ -1,6 +1,7 @@
 """The callbacks a training loop runs with, built in one place for `trainforge train` and
 for pruning's fine-tune (`export.pruning`): validation cadence, checkpoints, the time
-limit, the graceful stop, metrics to the loggers, the progress display and the profiler.
+limit, the graceful stop, metrics to the loggers, the progress display and the profiler;
+in a sweep's trial, the pruner's report.
 
 Built here, above `engine` and `observe`, because the list joins both: the engine's
 cadence callbacks and observe's metrics, progress and profiler.
@@ -21,6 +22,7 @@ from trainforge.engine.callbacks import (
 )
 from trainforge.observe import MetricsCallback, ProgressDisplay
 from trainforge.observe.profiler import profiler_callbacks
+from trainforge.sweep.pruning import callbacks_from_env as sweep_callbacks
 
 
 def build_callbacks(
@@ -63,7 +65,8 @@ def build_callbacks(
         histogram_steps=config.logging.histogram_steps if config.logging.tensorboard else None,
     )
     profiler = profiler_callbacks(config.logging, profile_dir) if profile_dir else []
-    return [*head, metrics, display, *profiler]
+    sweep = sweep_callbacks() if resumable else []  # a sweep's trial reports to its pruner
+    return [*head, *sweep, metrics, display, *profiler]
 
 
 def metrics_callback(callbacks: list[Callback]) -> MetricsCallback:

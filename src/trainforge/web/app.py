@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge import __version__
 from trainforge.hardware import Platform
-from trainforge.web import api
+from trainforge.web import api, compare, sweeps
 from trainforge.web.app_state import AppState
 from trainforge.web.model_list import human_bytes, list_models
 from trainforge.web.settings import WebSettings
@@ -134,9 +134,12 @@ def create_app(settings: WebSettings | None = None, platform: Platform | None = 
     app.add_middleware(AccessGuard, settings=settings)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(api.router)
+    app.include_router(sweeps.router)
+    app.include_router(compare.router)
     _add_error_handlers(app)
     _add_login(app, settings)
     _add_pages(app, state)
+    sweeps.add_pages(app, state)
     return app
 
 

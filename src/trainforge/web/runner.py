@@ -136,6 +136,8 @@ class Runner:
         metrics file, a TensorBoard folder) that a fresh start would refuse to replace.
         """
         args = list(record.argv)
+        if record.task == "sweep":  # the same command continues a sweep
+            return args, f"$ trainforge sweep {' '.join(args)}"
         if resume:
             folder = self.settings.cli_run_folder(record.id)  # runs/NAME, as the CLI says it
             here = self.settings.run_folder(record.id)
@@ -150,7 +152,10 @@ class Runner:
     def start(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
         """Launch an attempt of `record` (saved first when new) and watch it."""
         args, shown = self.attempt_args(record, resume=resume)
-        argv = [*self.settings.train_command, *args]
+        command = self.settings.train_command
+        if record.task == "sweep":  # `trainforge sweep` instead of `trainforge train`
+            command = [*command[:-1], "sweep"]
+        argv = [*command, *args]
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # never hand it on
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self._thread_env())
@@ -289,6 +294,8 @@ class Runner:
         folder = self.settings.run_folder(record.id)
         if code == 0:
             return "completed", "finished"
+        if record.task == "sweep" and code in STOP_CODES:  # its trials saved their own
+            return "stopped", "stopped; running trials saved checkpoints, Resume continues"
         if code in STOP_CODES:
             saved = interrupted_checkpoint(folder).is_dir()
             where = f"checkpoint {INTERRUPTED_CHECKPOINT} saved" if saved else "no checkpoint yet"

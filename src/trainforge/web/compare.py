@@ -1,0 +1,59 @@
+"""The Compare runs view: the loss and metric curves of any selected runs overlaid, sweep
+trials or not.
+
+Candidates are the run folders under the runs folder (`runs/NAME`) and one level below
+(`runs/SWEEP/trial-NNN`), each named by its path relative to the runs folder; a name that
+leaves the runs folder or is no run is refused. Curves come from each run's metrics.jsonl
+(`sweep.report.curves`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from trainforge.runfolder import RunFolder
+
+router = APIRouter(prefix="/api")
+
+
+def candidates(runs_path: Path) -> list[str]:
+    """Every run folder one or two levels under the runs folder, as relative names."""
+    if not runs_path.is_dir():
+        return []
+    found = [p.parent for p in runs_path.glob("*/run.json")]
+    found += [p.parent for p in runs_path.glob("*/*/run.json")]
+    return sorted(str(p.relative_to(runs_path)) for p in found if not p.name.startswith("."))
+
+
+def _run(runs_path: Path, name: str) -> RunFolder:
+    parts = Path(name).parts
+    if not parts or len(parts) > 2 or any(p in ("..", ".") or p.startswith(".") for p in parts):
+        raise HTTPException(400, f"{name!r} is not a run under the runs folder")
+    run = RunFolder(runs_path.joinpath(*parts))
+    if not run.is_run():
+        raise HTTPException(404, f"no run {name}")
+    return run
+
+
+@router.get("/compare/runs")
+def compare_runs(request: Request) -> list[str]:
+    return candidates(request.app.state.trainforge.settings.runs_path)
+
+
+@router.get("/compare/curves", responses={400: {}, 404: {}})
+def compare_curves(request: Request, run: list[str] = Query(default=[])) -> dict[str, Any]:
+    """{run name: {"train_loss", "val_loss", "val_accuracy", ...: [[step, value], ...]}}."""
+    from trainforge.sweep.report import curves
+
+    runs_path = request.app.state.trainforge.settings.runs_path
+    return {name: curves(_run(runs_path, name)) for name in run[:20]}
+
+
+def add_compare(app: Any, state: Any, page: Any) -> None:
+    @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
+    def compare_page(request: Request) -> HTMLResponse:
+        return page(request, "compare.html", "compare", runs=candidates(state.settings.runs_path))
