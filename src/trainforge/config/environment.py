@@ -40,9 +40,6 @@ ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MLFLOW_EXPERIMENT_NAME": ("logging.mlflow_experiment", _text),
 }
 
-# Read by the libraries themselves; listed for the docs and `config show` notes.
-LIBRARY_VARIABLES = ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "WANDB_API_KEY")
-
 
 def environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The config values `env` sets, nested ({"logging": {"wandb_project": "gemma3"}}), and

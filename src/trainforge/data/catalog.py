@@ -70,11 +70,6 @@ def image_dataset_names() -> list[str]:
     return [name for name, entry in DATASETS.items() if entry.image]
 
 
-def dataset_help() -> str:
-    """`name (description)` for every dataset: the schema's and the docs' text."""
-    return "; ".join(f"{name} ({entry.description})" for name, entry in DATASETS.items())
-
-
 DATASETS.register(
     "digits",
     DatasetEntry(

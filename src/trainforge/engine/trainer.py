@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,13 +83,12 @@ class Trainer:
         callbacks: list[Callback],
         config_yaml: str = "",
         config_hash: str = "",
-        sync: Callable[[], None] | None = None,
         peak_tflops: float | None = None,
         measured_peak_tflops: float | None = None,
     ) -> None:
         self.task, self.config, self.run_dir, self.device = task, config, run_dir, device
         self.callbacks, self.config_hash = callbacks, config_hash
-        self.sync = sync or (torch.cuda.synchronize if device.type == "cuda" else (lambda: None))
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         t = config.training
         self.accumulation = t.gradient_accumulation_steps
         self.dist = parallel.context()

@@ -11,9 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KINDS = ("jetson", "dgx-spark", "cuda", "mps", "cpu")
-DEVICES = ("cuda", "mps", "cpu")
-
 
 @dataclass(frozen=True)
 class GpuInfo:

@@ -20,7 +20,7 @@ from typing import Any
 from trainforge.errors import UserError
 
 SUMMARY_FILE = "trainforge.json"
-WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
+ADAPTER_FILE = "adapter_model.safetensors"  # peft's save_pretrained name
 
 
 def require_llm_extra() -> None:
@@ -147,7 +147,7 @@ def load_adapter_weights(model: Any, folder: Path, where: str) -> None:
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    saved = load_file(str(folder / WEIGHT_FILES[1]))
+    saved = load_file(str(folder / ADAPTER_FILE))
     current = get_peft_model_state_dict(model)
     fix = "use the lora settings (r, target_modules) the adapter was trained with"
     for key, tensor in current.items():

@@ -22,9 +22,6 @@ from trainforge.web.runner import Runner
 from trainforge.web.settings import WebSettings
 from trainforge.web.system import SystemView
 
-# Keys of a train record the run page shows as numbers (the rest of a record is telemetry).
-TRAIN_KEYS = ("loss", "accuracy", "lr", "samples_per_s", "data_wait_share", "step_time_s")
-
 
 @dataclass
 class AppState:
