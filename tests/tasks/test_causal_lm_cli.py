@@ -96,8 +96,9 @@ def test_user_errors_exit_2_without_traceback(project, monkeypatch, capsys, args
     code, out, err = run_main(monkeypatch, capsys, project, *train, *args)
     assert code == 2, out + err
     assert message in err and "Traceback" not in err
-    # one line per problem, each naming the field or path
-    assert all(line.startswith(("config/", "model", "output", "data")) for line in err.splitlines())
+    # one line per problem, each naming the field or path (or the flag that set it)
+    named = ("config/", "model", "output", "data", "--")
+    assert all(line.startswith(named) for line in err.splitlines())
     assert not (project / "runs").exists()
 
 
