@@ -44,7 +44,7 @@ echo "trainforge: job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLUR
 export PET_SIGNALS_TO_HANDLE=SIGINT,SIGHUP,SIGQUIT  # torchrun: not SIGTERM
 srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=0 \
     bash -c 'trap "" USR1 TERM; exec "$@"' torchrun \
-    python -m trainforge.launch.torchrun --nnodes "$SLURM_NNODES" --nproc-per-node "$NPROC" \
+    python3 -m trainforge.launch.torchrun --nnodes "$SLURM_NNODES" --nproc-per-node "$NPROC" \
     --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m trainforge train "$CONFIG" "$@" &
 step=$!

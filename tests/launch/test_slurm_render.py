@@ -1,7 +1,7 @@
 """`trainforge slurm` and `scripts/train_hpc.sh` without a cluster.
 
 The rendered scripts run for real under bash with recorded stand-ins for `srun`,
-`scontrol`, `sbatch` and the `python` that runs torchrun (`python -m
+`scontrol`, `sbatch` and the `python3` that runs torchrun (`python3 -m
 trainforge.launch.torchrun`) on PATH: what srun and torchrun receive (arguments,
 environment, SIGUSR1 disposition), the batch shell's signal forwarding and exit status, and
 what `--submit` hands to sbatch. The real cluster run is tests/launch/test_slurm_cluster.py.
@@ -44,7 +44,7 @@ exit "$rc"
 FAKE_SCONTROL = """#!/bin/bash
 [ "$1 $2" = "show hostnames" ] && printf 'node-a\\nnode-b\\n'
 """
-# `python -m trainforge.launch.torchrun ARGS`: records ARGS as torchrun's.
+# `python3 -m trainforge.launch.torchrun ARGS`: records ARGS as torchrun's.
 FAKE_TORCHRUN = f"""#!{sys.executable}
 import json, os, sys, time
 assert sys.argv[1:3] == ["-m", "trainforge.launch.torchrun"], sys.argv
@@ -79,7 +79,7 @@ def fakes(tmp_path):
     for name, text in (
         ("srun", FAKE_SRUN),
         ("scontrol", FAKE_SCONTROL),
-        ("python", FAKE_TORCHRUN),
+        ("python3", FAKE_TORCHRUN),
     ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)

@@ -20,7 +20,7 @@ from its newest checkpoint by itself. A SIGUSR1 sent to the batch shell instead
 (`--signal=B:USR1@...`, `scancel --batch`) is passed on to the step by a trap.
 `--kill-on-bad-exit=0`: after SIGUSR1 the training processes exit with 138, and other nodes
 must not be killed while rank 0 still saves and requeues. torchrun itself is started as
-`python -m trainforge.launch.torchrun` (launch/torchrun.py: torch's elastic agent, the same
+`python3 -m trainforge.launch.torchrun` (launch/torchrun.py: torch's elastic agent, the same
 arguments), so that a planned stop leaves trainforge's lines in the job log, not torchrun's
 crash report and traceback.
 
@@ -51,7 +51,7 @@ GENERIC_GPUS_PER_NODE = 4  # the training-pipeline assets README: 4x A100 per no
 TORCHRUN_SIGNALS_TO_HANDLE = "SIGINT,SIGHUP,SIGQUIT"
 TORCHRUN_WRAPPER = ("bash", "-c", 'trap "" USR1 TERM; exec "$@"', "torchrun")
 # torchrun with trainforge's handling of how the processes end (launch/torchrun.py).
-TORCHRUN = ("python", "-m", "trainforge.launch.torchrun")
+TORCHRUN = ("python3", "-m", "trainforge.launch.torchrun")  # python3: venvs, conda, Debian
 
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
 _JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

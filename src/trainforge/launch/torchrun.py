@@ -1,4 +1,4 @@
-"""`python -m trainforge.launch.torchrun ARGS`: torchrun (the same arguments, torch's own
+"""`python3 -m trainforge.launch.torchrun ARGS`: torchrun (the same arguments, torch's own
 elastic agent through `torch.distributed.run.run`) with trainforge's handling of how it ends.
 
 The Slurm scripts start the training processes through this instead of `torchrun` itself,
