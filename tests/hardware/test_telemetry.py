@@ -319,11 +319,17 @@ def test_psutil_first_cpu_reading_covers_the_time_since_the_source_was_made(monk
         return cpu_times(**{name: values.get(name, 0.0) for name in fields.split()})
 
     readings = [times(user=10.0, idle=90.0), times(user=13.0, idle=91.0, guest=0.5)]
-    monkeypatch.setattr(psutil, "cpu_times", lambda percpu=False: readings.pop(0))
-    source = PsutilSource()
-    made_at = time.monotonic()
+    real = psutil.cpu_times
     out: list[dict[str, float]] = []
     thread = threading.Thread(target=lambda: out.append(source.sample()))
+    ours = (threading.current_thread(), thread)  # a sampler an earlier test left reads psutil
+
+    def cpu_times(percpu=False):
+        return readings.pop(0) if threading.current_thread() in ours else real(percpu)
+
+    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    source = PsutilSource()
+    made_at = time.monotonic()
     thread.start()
     thread.join()
     # 3 s busy (user; guest time is already in user) of 4 s: 75 %.
