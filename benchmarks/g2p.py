@@ -81,33 +81,37 @@ def _config(
 
 
 def _decode_both(task, model, rounds: int = 3):
-    """(metrics, seconds) of the run's decoding and of the previous way, alternating for
-    `rounds` rounds; each side's fastest round counts (the metrics are the same each round)."""
+    """(PER/WER, seconds) of the run's decoding (length-sorted batches, generation capped
+    near each batch's longest reference) and of the previous way (file order, every batch up
+    to `task.max_new_tokens`), greedy decoding alone, alternating for `rounds` rounds; each
+    side's fastest round counts (the metrics are the same every round)."""
     new_s, old_s = [], []
     for _ in range(rounds):
         clock = time.perf_counter()
-        trained = task.evaluate_test(model)
+        trained = _decoded(task, model, sort=True, cap=True)
         new_s.append(time.perf_counter() - clock)
         clock = time.perf_counter()
-        previous = _previous_decoding(task, model)
+        previous = _decoded(task, model, sort=False, cap=False)
         old_s.append(time.perf_counter() - clock)
     return trained, min(new_s), previous, min(old_s)
 
 
 @torch.no_grad()
-def _previous_decoding(task, model) -> dict[str, float]:
-    """PER/WER of the test split decoded as before length-sorted batches and the cap near the
-    reference: batches in file order, every batch up to `task.max_new_tokens` unless all its
-    rows ended (greedy, the model's KV cache, as then)."""
+def _decoded(task, model, *, sort: bool, cap: bool) -> dict[str, float]:
+    """PER/WER of the test split, greedy-decoded in batches of the evaluation batch size."""
     from trainforge.tasks.sequence_metrics import error_counts
 
     dataset = task.test_loader.dataset.all_generated()
+    order = list(range(len(dataset)))
+    if sort:
+        order.sort(key=lambda i: len(dataset.examples[i].input_ids))
     size = task.config.evaluation.per_device_eval_batch_size
     sums = {"unit_errors": 0, "ref_units": 0, "seq_errors": 0, "sequences": 0}
     model.eval()
-    for start in range(0, len(dataset), size):
-        batch = dataset.__getitems__(list(range(start, min(start + size, len(dataset)))))
-        hyps = task.generate(model, batch["prompt_ids"], batch["prompt_mask"], None)
+    for start in range(0, len(order), size):
+        batch = dataset.__getitems__(order[start : start + size])
+        bound = batch.get("max_target_tokens") if cap else None
+        hyps = task.generate(model, batch["prompt_ids"], batch["prompt_mask"], bound)
         counts = error_counts(hyps, batch["references"])
         for key in sums:
             sums[key] += getattr(counts, key)
