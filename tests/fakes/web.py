@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,3 +68,29 @@ def run_form(**changes) -> dict:
     }
     form.update(changes)
     return form
+
+
+@contextlib.contextmanager
+def serving(folder: Path, fixture: Path) -> Iterator[str]:
+    """A real `trainforge serve` on a free loopback port in `folder`, replaying `fixture`'s
+    machine; yields its URL once uvicorn says it runs, and stops it after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = folder / "server.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trainforge", "serve", "--port", str(port),
+             "--fixture", str(fixture)],
+            cwd=folder, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300  # a hung start, not speed
+        while "Uvicorn running" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=120)

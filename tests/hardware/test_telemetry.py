@@ -324,10 +324,10 @@ def test_psutil_first_cpu_reading_covers_the_time_since_the_source_was_made(monk
     thread = threading.Thread(target=lambda: out.append(source.sample()))
     ours = (threading.current_thread(), thread)  # a sampler an earlier test left reads psutil
 
-    def cpu_times(percpu=False):
+    def fake_cpu_times(percpu=False):
         return readings.pop(0) if threading.current_thread() in ours else real(percpu)
 
-    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    monkeypatch.setattr(psutil, "cpu_times", fake_cpu_times)
     source = PsutilSource()
     made_at = time.monotonic()
     thread.start()

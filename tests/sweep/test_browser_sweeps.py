@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fakes.sweeps import REPO, TINY
-from fakes.web import CPU
+from fakes.web import CPU, serving
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = Path(os.environ.get("TRAINFORGE_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
@@ -38,24 +35,8 @@ def _chromium() -> str:
 @pytest.fixture
 def server(tmp_path: Path):
     shutil.copytree(REPO / "config", tmp_path / "config")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "server.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trainforge", "serve", "--port", str(port),
-             "--fixture", str(CPU)],
-            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while "Uvicorn running" not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}", tmp_path
-    process.terminate()
-    process.wait(timeout=120)
+    with serving(tmp_path, CPU) as url:
+        yield url, tmp_path
 
 
 def _start(page, name: str, trials: int, args: list[str]) -> None:

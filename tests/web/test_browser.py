@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes.web import JETSON, REPO
+from fakes.web import JETSON, REPO, serving
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = Path(os.environ.get("TRAINFORGE_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
@@ -67,22 +67,8 @@ def jetson_project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(jetson_project: Path):
-    port = free_port()
-    log = jetson_project / "server.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trainforge", "serve", "--port", str(port),
-             "--fixture", str(JETSON)],
-            cwd=jetson_project, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while "Uvicorn running" not in log.read_text():
-        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=120)
+    with serving(jetson_project, JETSON) as url:
+        yield url
 
 
 def last_records(run_dir: Path) -> tuple[int, dict, dict | None]:
