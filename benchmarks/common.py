@@ -191,6 +191,7 @@ class MemoryMeter:
 
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._cuda_start = torch.cuda.memory_allocated(self.device)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -199,7 +200,9 @@ class MemoryMeter:
             import torch
 
             torch.cuda.synchronize(self.device)
-            result.cuda_mib = torch.cuda.max_memory_allocated(self.device) / MIB
+            # the case's own: tensors alive before it (an earlier case's) are not its memory
+            peak = torch.cuda.max_memory_allocated(self.device) - self._cuda_start
+            result.cuda_mib = peak / MIB
         peak = peak_rss_bytes() if self._reset else None
         if peak is None:
             peak = _lifetime_peak_rss_bytes()

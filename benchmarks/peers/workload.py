@@ -220,7 +220,9 @@ class SideResult:
 
 @torch.no_grad()
 def probe_loss(model: nn.Module, w: Workload) -> float:
-    """fp32 loss of `model` on a fixed slice of the data (not part of any timing)."""
+    """fp32 loss of `model` on a fixed slice of the data (not part of any timing), on the
+    workload's device: Lightning's `fit` hands the model back on the CPU."""
+    model.to(w.device)
     was_training = model.training
     model.eval()
     count = min(PROBE_SAMPLES, w.images.shape[0])

@@ -43,6 +43,8 @@ def train_digits(out_dir: Path, epochs: int = EPOCHS, name: str = "digits") -> P
         f"evaluation.eval_every_epochs={epochs}",
         "checkpoint.save_every_epochs=null",
         "logging.tensorboard=false",
+        "logging.mlflow=false",  # export reads neither; the GPU suite needs no tracking extra
+        "logging.wandb=false",
         "logging.progress_bar=false",
         "training.num_threads=1",
     ]

@@ -20,6 +20,8 @@ WORKER = REPO / "tests" / "gpu" / "worker.py"
 QUIET = {
     "logging.progress_bar": "false",
     "logging.tensorboard": "false",
+    "logging.mlflow": "false",  # the GPU suite needs no tracking extra
+    "logging.wandb": "false",
     "hardware.telemetry": "false",
     "checkpoint.save_every_epochs": "null",
     "checkpoint.save_best": "false",

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from fakes.cuda_runs import cli_train
+from fakes.weights import relative_difference
 
 pytestmark = pytest.mark.gpu
 
@@ -51,11 +52,10 @@ def test_an_interrupted_cuda_run_resumes_bitwise_with_deterministic_algorithms(t
 
 
 def _close_to(a, b):
-    """CPU and GPU kernels round differently: every weight within 5e-3 after 8 AdamW steps
-    at lr <= 2e-3, and most far closer."""
-    assert a.keys() == b.keys()
-    diffs = torch.cat([(a[k].float() - b[k].float()).abs().flatten() for k in a])
-    assert diffs.max() < 5e-3 and diffs.median() < 1e-4
+    """CPU and GPU kernels round differently: after 8 AdamW steps at lr <= 2e-3 the weights
+    (all but the attention key bias, whose gradient is pure rounding noise) differ by
+    < 1e-3 of their norm."""
+    assert relative_difference(a, b) < 1e-3
 
 
 @pytest.mark.parametrize(("first", "then"), [("cpu", "cuda"), ("cuda", "cpu")])

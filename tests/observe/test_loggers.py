@@ -121,3 +121,35 @@ def test_wandb_offline_run_needs_no_key(tmp_path, monkeypatch):
     recorded = data.read_bytes()
     assert b"train/loss" in recorded and b"train/lr" in recorded
     assert not (home / ".netrc").exists()  # nothing asked for or stored a key
+
+
+@pytest.mark.parametrize(
+    ("missing", "said"),
+    [
+        ("mlflow", "the mlflow package is not installed"),
+        # mlflow-skinny's SQLite store imports `cryptography`, which a machine may lack: the
+        # line must name that module, not call mlflow missing (seen on a lent GPU machine)
+        (
+            "cryptography",
+            "the mlflow package is installed but could not be imported "
+            "(No module named 'cryptography')",
+        ),
+    ],
+)
+def test_a_missing_logger_package_and_a_missing_dependency_read_differently(
+    tmp_path, monkeypatch, missing, said
+):
+    from dataclasses import replace
+
+    from trainforge.errors import UserError
+    from trainforge.registry import LOGGERS
+
+    def factory(*args):
+        raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+
+    monkeypatch.setitem(LOGGERS._entries, "mlflow", replace(LOGGERS.get("mlflow"), factory=factory))
+    cfg = make_config().logging.model_copy(update={"mlflow": True})
+    with pytest.raises(UserError) as caught:
+        build_loggers(cfg, tmp_path)
+    assert said in str(caught.value)
+    assert "set logging.mlflow=false" in str(caught.value)

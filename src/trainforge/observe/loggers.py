@@ -276,20 +276,28 @@ def build_loggers(
             continue
         try:
             loggers.append(entry.factory(cfg, run_dir, run_name, resume_step))
-        except ImportError:
+        except ImportError as error:
             install = f"pip install 'trainforge[{entry.extra}]'" if entry.extra else "install it"
+            missing = _why_missing(name, error)
             if entry.on_missing == "skip":
-                print(f"{name} logging off: its package is not installed ({install})")
+                print(f"{name} logging off: its package {missing} ({install})")
                 continue
             by_name = name in cfg.loggers
             on = f"logging.loggers has {name}" if by_name else f"logging.{entry.switch} is on"
             off = (
                 "remove it from logging.loggers" if by_name else f"set logging.{entry.switch}=false"
             )
-            raise UserError(
-                f"{on} but the {name} package is not installed", f"{install}, or {off}"
-            ) from None
+            fix = f"{install}, or {off}"
+            raise UserError(f"{on} but the {name} package {missing}", fix) from None
     return loggers
+
+
+def _why_missing(name: str, error: ImportError) -> str:
+    """'is not installed', or, where the package is there but one of its own imports fails
+    (a dependency missing), that import's message: the fix differs."""
+    if (error.name or name).split(".")[0] == name:
+        return "is not installed"
+    return f"is installed but could not be imported ({error})"
 
 
 def _jsonl(cfg: LoggingConfig, run_dir: Path, run_name: str, resume: int | None) -> JsonlLogger:
