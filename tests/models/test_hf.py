@@ -148,3 +148,24 @@ def test_init_small_matches_the_documented_size(tmp_path, monkeypatch, capsys, t
     assert small == expected and round(small / 1e6, 1) == 3.9
     assert small > 10 * tiny
     assert hf.describe_model(folder).num_parameters == small  # from the safetensors header
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_llama_chat"])
+def test_lora_fits_the_layer_kind_without_a_warning(model, request):
+    """GPT-2's Conv1D layers store weights transposed: LoRA is told so (peft warns and
+    guesses otherwise, as a lent GPU's LoRA run showed); Llama's Linear layers are not."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from trainforge.config.schema import LoraConfig
+    from trainforge.observe.quiet import WARNINGS
+
+    base = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all but what a run's quiet console filters
+        for message, category, module in WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category, module=module)
+        peft_model = hf.apply_lora(base, LoraConfig(r=2, lora_alpha=4, target_modules=None))
+    fan = {c.fan_in_fan_out for c in peft_model.peft_config.values()}
+    assert fan == {model == "tiny_gpt2"}

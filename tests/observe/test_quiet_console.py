@@ -200,6 +200,8 @@ def test_filters_are_narrow():
              "torch.autograd.graph"),
             ("`is_gradient_checkpointing` is deprecated and will be removed in v6.",
              FutureWarning, "transformers.modeling_utils"),
+            ("TensorFloat32 tensor cores for float32 matrix multiplication available but not "
+             "enabled.", UserWarning, "torch._inductor.compile_fx"),
             ("'set_vital' is deprecated, please do not call", UserWarning, "mypackage.loader"),
             ("something else is deprecated", UserWarning, "torchdata.loader"),
         ):  # fmt: skip

@@ -112,6 +112,9 @@ def apply_lora(model: Any, cfg: Any) -> Any:
         lora_dropout=cfg.lora_dropout,
         target_modules=list(cfg.target_modules) if cfg.target_modules else None,
         task_type="CAUSAL_LM",
+        # GPT-2's layers are transformers' Conv1D, which stores weights transposed; peft
+        # would warn and flip the flag itself
+        fan_in_fan_out=any(type(m).__name__ == "Conv1D" for m in model.modules()),
     )
     try:
         return get_peft_model(model, lora)

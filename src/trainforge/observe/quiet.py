@@ -14,6 +14,10 @@ with the reason it is noise. Everything else, warnings included, still reaches t
 - transformers 5's "`is_gradient_checkpointing` is deprecated": peft's `get_peft_model` reads
   that property when LoRA is added; trainforge's own code uses the successor
   (`models.hf.enable_checkpointing`), so only a peft release can remove the call.
+- TorchInductor's "TensorFloat32 tensor cores for float32 matrix multiplication available but
+  not enabled" (a compiled fp32 run on an Ampere or newer GPU): TF32 would change what an
+  fp32 run computes, and the recipe's `training.precision` (bf16 or fp16) is the fast path a
+  user chooses; the hint is not trainforge's to take.
 - MLflow's "Creating initial MLflow database tables..." INFO lines from its SQLite store
   (MLFLOW_LOGGING_LEVEL, when set, is honoured instead).
 - Hugging Face "Loading weights" / "Writing model shards" bars: off through
@@ -41,7 +45,9 @@ WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     (r"This DataLoader will create \d+ worker processes in total", UserWarning, r"torchdata\."),
     (r"Grad strides do not match bucket view strides", UserWarning, r"torch\.autograd\."),
     (r"`is_gradient_checkpointing` is deprecated", FutureWarning, r"transformers\."),
-)
+    (r"TensorFloat32 tensor cores for float32 matrix multiplication", UserWarning,
+     r"torch\._inductor\."),
+)  # fmt: skip
 # Loggers whose INFO lines are set-up chatter, raised to WARNING.
 CHATTY_LOGGERS = ("mlflow.store.db.utils",)
 
