@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -87,11 +88,19 @@ def serve(host: str, port: int, token: str | None, **options) -> None:
     import uvicorn
 
     from trainforge.web.app import create_app
+    from trainforge.web.priority import Launcher, lower_server_priority
 
     _check_port(host, port)
-    app = create_app(settings)
+    # The launcher thread keeps the user's priority for the trainings; everything else of
+    # the server, and every thread it starts from now on, runs below it (web/priority.py).
+    launcher = Launcher()
+    trainings = os.getpriority(os.PRIO_PROCESS, launcher.native_id)
+    server = lower_server_priority(launcher, settings.server_niceness)
+    app = create_app(settings, launch=launcher.popen)
     shown = f"[{host}]" if ":" in host else host
     guard = " (access token required)" if settings.token else ""
     print(f"trainforge web app: http://{shown}:{port}/{guard}", flush=True)
     print(f"runs database: {settings.db_path}", flush=True)
+    if server is not None:
+        print(f"cpu priority: server nice {server}, trainings nice {trainings}", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="info")
