@@ -10,6 +10,10 @@ alone - 1). Targets: p99 < 200 ms, slowdown < 5 %. The trainer gets one thread
 a core to share, as they would beside a run on a real one; the clients run on this machine
 too and their CPU counts against the run.
 
+Each client sends the entity tag of its last answer back (If-None-Match), as a browser's
+fetch does with a response marked `Cache-Control: no-cache`: while the run wrote nothing
+new the server answers an empty 304.
+
 The clients speak HTTP/1.1 over asyncio streams rather than through httpx: httpx's async
 client spends about 9 ms of CPU per request, so on a 2-core machine 50 of them measured
 their own overhead and slowed the run they were meant to watch; a bare keep-alive GET
@@ -104,40 +108,48 @@ def _wait(url: str, name: str, check, timeout: float = 600) -> dict:
     raise TimeoutError(f"run {name}: {view['status']}")
 
 
-async def _get_json(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str):
-    """One keep-alive HTTP/1.1 GET on an open connection: (status code, decoded JSON body)."""
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, etag: str):
+    """One keep-alive HTTP/1.1 GET on an open connection, conditional on `etag` as a browser
+    sends it: (status code, decoded JSON body or None for a 304, the response's ETag)."""
+    condition = f"If-None-Match: {etag}\r\n" if etag else ""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{condition}\r\n".encode())
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
-    length = 0
+    length, tag = 0, ""
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
+        name = name.strip().lower()
+        if name == b"content-length":
             length = int(value)
-    return status, json.loads(await reader.readexactly(length))
+        elif name == b"etag":
+            tag = value.strip().decode()
+    body = await reader.readexactly(length) if length else b""
+    return status, (json.loads(body) if status == 200 else None), tag
 
 
 async def _clients(port: int, name: str, n: int, interval_s: float, stop: asyncio.Event):
     latencies: list[float] = []
-    errors = 0
+    counts = {"errors": 0, "not_modified": 0}
 
     async def poll(offset: float) -> None:
-        nonlocal errors
         await asyncio.sleep(offset)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        etag = ""
         try:
             while not stop.is_set():
                 start = time.perf_counter()
                 try:
-                    status, view = await _get_json(reader, writer, f"/api/runs/{name}")
+                    status, view, etag = await _get(reader, writer, f"/api/runs/{name}", etag)
                 except (OSError, ValueError, asyncio.IncompleteReadError):
-                    errors += 1
+                    counts["errors"] += 1
                     writer.close()
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
                     continue
                 latencies.append(time.perf_counter() - start)
-                if status != 200:
-                    errors += 1
+                if status == 304:
+                    counts["not_modified"] += 1
+                elif status != 200:
+                    counts["errors"] += 1
                 elif view["status"] != "running":
                     stop.set()
                 await asyncio.sleep(interval_s)
@@ -145,7 +157,7 @@ async def _clients(port: int, name: str, n: int, interval_s: float, stop: asynci
             writer.close()
 
     await asyncio.gather(*(poll(i * interval_s / n) for i in range(n)))
-    return latencies, errors
+    return latencies, counts
 
 
 def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float):
@@ -156,9 +168,9 @@ def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float):
         stop = asyncio.Event()
         return await _clients(int(url.rsplit(":", 1)[1]), name, n, interval_s, stop)
 
-    latencies, errors = asyncio.run(main())
+    latencies, counts = asyncio.run(main())
     view = _wait(url, name, lambda v: v["status"] != "running")
-    return view, latencies, errors
+    return view, latencies, counts
 
 
 def _train_time(project: Path, name: str) -> float:
@@ -175,18 +187,19 @@ def run(
     alone: list[float] = []
     loaded: list[float] = []
     latencies: list[float] = []
-    errors = 0
+    errors = not_modified = 0
     try:
         for i in range(repeats):
             _train(url, f"alone-{i}", steps)
             view = _wait(url, f"alone-{i}", lambda v: v["status"] != "running")
             assert view["status"] == "completed", view["message"]
             alone.append(_train_time(project, f"alone-{i}"))
-            view, lat, err = _loaded_run(url, f"loaded-{i}", steps, clients, interval_s)
+            view, lat, counts = _loaded_run(url, f"loaded-{i}", steps, clients, interval_s)
             assert view["status"] == "completed", view["message"]
             loaded.append(_train_time(project, f"loaded-{i}"))
             latencies += lat
-            errors += err
+            errors += counts["errors"]
+            not_modified += counts["not_modified"]
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -197,7 +210,7 @@ def run(
     rows = [
         ["training alone", f"{statistics.median(alone):.2f} s", "", "", ""],
         [f"training + {clients} clients", f"{statistics.median(loaded):.2f} s",
-         f"{len(ms)} ({errors} errors)", f"{p50:.1f} ms", f"{p99:.1f} ms"],
+         f"{len(ms)} ({not_modified} x 304, {errors} errors)", f"{p50:.1f} ms", f"{p99:.1f} ms"],
     ]  # fmt: skip
     text = table(
         f"web app: {clients} clients polling GET /api/runs/ID every {interval_s} s while a "
@@ -218,6 +231,7 @@ def run(
         "web_poll_p50_ms": p50,
         "requests": len(ms),
         "errors": errors,
+        "not_modified": not_modified,
     }
 
 

@@ -171,7 +171,7 @@ def log_tail(log_path: Path, max_lines: int = 40) -> list[str]:
             data = fh.read(_TAIL_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return []
-    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in data.splitlines()]
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in data.split("\n")]
     lines = [line for line in lines if line]
     _TAILS[log_path] = (stamp, lines)
     return lines[-max_lines:]
