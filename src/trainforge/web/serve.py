@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -103,4 +105,18 @@ def serve(host: str, port: int, token: str | None, **options) -> None:
     print(f"runs database: {settings.db_path}", flush=True)
     if server is not None:
         print(f"cpu priority: server nice {server}, trainings nice {trainings}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    config = uvicorn.Config(app, host=host, port=port, log_level="info")  # sets up logging
+    logging.getLogger("uvicorn.access").addFilter(quiet_polls)
+    uvicorn.Server(config).run()
+
+
+_STATUS_PATH = re.compile(r"/api/runs/[^/?]+(\?.*)?")
+
+
+def quiet_polls(record: logging.LogRecord) -> bool:
+    """Leave the answered status polls out of the access log (a page or script asks every
+    second or two: the lines would bury everything else, and each costs the server CPU)."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) == 5 and args[1] == "GET" and args[4] in (200, 304):
+        return not _STATUS_PATH.fullmatch(str(args[2]))
+    return True
