@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import table
@@ -160,7 +161,7 @@ async def _clients(port: int, name: str, n: int, interval_s: float, stop: asynci
     return latencies, counts
 
 
-def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float):
+def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float, server: int):
     _train(url, name, steps)
     _wait(url, name, lambda v: v["num_records"] > 0 or v["status"] != "running")
 
@@ -168,9 +169,18 @@ def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float):
         stop = asyncio.Event()
         return await _clients(int(url.rsplit(":", 1)[1]), name, n, interval_s, stop)
 
+    server_cpu, client_cpu = _cpu_seconds(server), time.process_time()
     latencies, counts = asyncio.run(main())
+    counts["server_cpu_s"] = _cpu_seconds(server) - server_cpu
+    counts["client_cpu_s"] = time.process_time() - client_cpu
     view = _wait(url, name, lambda v: v["status"] != "running")
     return view, latencies, counts
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used (its threads together)."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def _train_time(project: Path, name: str) -> float:
@@ -184,22 +194,28 @@ def run(
     project = Path(tempfile.mkdtemp(prefix="trainforge-webload-"))
     shutil.copytree(REPO / "config", project / "config")
     server, url = _start_server(project)
+    server_nice = psutil.Process(server.pid).nice()
     alone: list[float] = []
     loaded: list[float] = []
     latencies: list[float] = []
     errors = not_modified = 0
+    server_cpu = client_cpu = 0.0
     try:
         for i in range(repeats):
             _train(url, f"alone-{i}", steps)
             view = _wait(url, f"alone-{i}", lambda v: v["status"] != "running")
             assert view["status"] == "completed", view["message"]
             alone.append(_train_time(project, f"alone-{i}"))
-            view, lat, counts = _loaded_run(url, f"loaded-{i}", steps, clients, interval_s)
+            view, lat, counts = _loaded_run(
+                url, f"loaded-{i}", steps, clients, interval_s, server.pid
+            )
             assert view["status"] == "completed", view["message"]
             loaded.append(_train_time(project, f"loaded-{i}"))
             latencies += lat
             errors += counts["errors"]
             not_modified += counts["not_modified"]
+            server_cpu += counts["server_cpu_s"]
+            client_cpu += counts["client_cpu_s"]
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -218,6 +234,11 @@ def run(
         ["case", "train_time_s", "requests", "p50", "p99"],
         rows,
     )
+    per_request = 1000 / max(1, len(ms))
+    text += (
+        f"\nCPU per request: server {server_cpu * per_request:.2f} ms (nice "
+        f"{server_nice}), clients {client_cpu * per_request:.2f} ms"
+    )
     p99_verdict = "PASS" if p99 < P99_TARGET_MS else "MISS"
     slow_verdict = "PASS" if slowdown < SLOWDOWN_TARGET else "MISS"
     text += f"\n{p99_verdict}  {P99_KEY} = {p99:.1f} (target < {P99_TARGET_MS:.0f})"
@@ -232,6 +253,7 @@ def run(
         "requests": len(ms),
         "errors": errors,
         "not_modified": not_modified,
+        "server_cpu_ms_per_request": server_cpu * per_request,
     }
 
 

@@ -4,11 +4,13 @@ answered with an entity tag, and an empty 304 to a client that already has it.""
 from __future__ import annotations
 
 import json
+import logging
 
 from fakes.web import run_form, wait_for
 from trainforge.runfolder import RunFolder
 from trainforge.web import run_files
 from trainforge.web.app_state import AppState
+from trainforge.web.serve import quiet_polls
 
 
 def finished_run(client, monkeypatch) -> dict:
@@ -72,3 +74,18 @@ def test_the_log_tail_is_read_again_only_when_the_log_changed(tmp_path, monkeypa
     assert run_files.log_tail(log, 1) == ["two, redrawn"] and opened == []
     log.write_text("one\ntwo\rtwo, redrawn\nthree\n")
     assert run_files.log_tail(log) == ["one", "two, redrawn", "three"] and opened == [log]
+
+
+def test_the_access_log_leaves_out_answered_status_polls_only():
+    def line(method: str, path: str, status: int) -> logging.LogRecord:
+        args = ("127.0.0.1:5000", method, path, "1.1", status)
+        return logging.LogRecord(
+            "uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d', args, None
+        )
+
+    assert not quiet_polls(line("GET", "/api/runs/digits-web", 200))
+    assert not quiet_polls(line("GET", "/api/runs/digits-web", 304))
+    assert quiet_polls(line("GET", "/api/runs/digits-web", 404))  # a mistake stays visible
+    assert quiet_polls(line("GET", "/api/runs", 200))
+    assert quiet_polls(line("GET", "/api/runs/digits-web/log", 200))
+    assert quiet_polls(line("POST", "/api/runs/digits-web/stop", 202))
