@@ -5,7 +5,8 @@ One `trainforge serve` process; each round trains the same tiny digits run twice
 API, once alone and once while N clients (one asyncio loop, one keep-alive connection each)
 each ask GET /api/runs/ID every `interval_s`. Reported: request latency percentiles under
 load, and the training slowdown (the run's own train_time_s from summary.json, loaded /
-alone - 1). Targets: p99 < 200 ms, slowdown < 5 %. The trainer gets one thread
+alone - 1), and the CPU time the server and the clients spend per request. Targets: p99 <
+200 ms, slowdown < 5 %. The trainer gets one thread
 (training.num_threads=1) in both arms, so on a small machine the server and the clients have
 a core to share, as they would beside a run on a real one; the clients run on this machine
 too and their CPU counts against the run.
@@ -177,6 +178,13 @@ def _loaded_run(url: str, name: str, steps: int, n: int, interval_s: float, serv
     return view, latencies, counts
 
 
+def _alone_run(url: str, project: Path, name: str, steps: int) -> float:
+    _train(url, name, steps)
+    view = _wait(url, name, lambda v: v["status"] != "running")
+    assert view["status"] == "completed", view["message"]
+    return _train_time(project, name)
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process has used (its threads together)."""
     times = psutil.Process(pid).cpu_times()
@@ -202,20 +210,22 @@ def run(
     server_cpu = client_cpu = 0.0
     try:
         for i in range(repeats):
-            _train(url, f"alone-{i}", steps)
-            view = _wait(url, f"alone-{i}", lambda v: v["status"] != "running")
-            assert view["status"] == "completed", view["message"]
-            alone.append(_train_time(project, f"alone-{i}"))
-            view, lat, counts = _loaded_run(
-                url, f"loaded-{i}", steps, clients, interval_s, server.pid
-            )
-            assert view["status"] == "completed", view["message"]
-            loaded.append(_train_time(project, f"loaded-{i}"))
-            latencies += lat
-            errors += counts["errors"]
-            not_modified += counts["not_modified"]
-            server_cpu += counts["server_cpu_s"]
-            client_cpu += counts["client_cpu_s"]
+            # Alternate which case goes first, so a machine getting busier or quieter
+            # during the rounds does not favour one of them.
+            for case in ("alone", "loaded") if i % 2 == 0 else ("loaded", "alone"):
+                if case == "alone":
+                    alone.append(_alone_run(url, project, f"alone-{i}", steps))
+                    continue
+                view, lat, counts = _loaded_run(
+                    url, f"loaded-{i}", steps, clients, interval_s, server.pid
+                )
+                assert view["status"] == "completed", view["message"]
+                loaded.append(_train_time(project, f"loaded-{i}"))
+                latencies += lat
+                errors += counts["errors"]
+                not_modified += counts["not_modified"]
+                server_cpu += counts["server_cpu_s"]
+                client_cpu += counts["client_cpu_s"]
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -230,7 +240,7 @@ def run(
     ]  # fmt: skip
     text = table(
         f"web app: {clients} clients polling GET /api/runs/ID every {interval_s} s while a "
-        f"{steps}-step run trains (median of {repeats} rounds side by side)",
+        f"{steps}-step run trains (median of {repeats} rounds, alternating which goes first)",
         ["case", "train_time_s", "requests", "p50", "p99"],
         rows,
     )
