@@ -8,7 +8,7 @@ import logging
 
 from fakes.web import run_form, wait_for
 from trainforge.runfolder import RunFolder
-from trainforge.web import run_files
+from trainforge.web import api, run_files
 from trainforge.web.app_state import AppState
 from trainforge.web.serve import quiet_polls
 
@@ -89,3 +89,24 @@ def test_the_access_log_leaves_out_answered_status_polls_only():
     assert quiet_polls(line("GET", "/api/runs", 200))
     assert quiet_polls(line("GET", "/api/runs/digits-web/log", 200))
     assert quiet_polls(line("POST", "/api/runs/digits-web/stop", 202))
+
+
+def test_the_status_fast_path_answers_known_runs_behind_the_access_token(make_client, monkeypatch):
+    client = make_client(token="tok-5e3c")
+    auth = {"Authorization": "Bearer tok-5e3c"}
+    monkeypatch.setenv("FAKE_TRAINER_STEPS", "3")
+    assert client.post("/api/runs", json=run_form(), headers=auth).status_code == 201
+    wait_for(
+        lambda: client.get("/api/runs/digits-web", headers=auth).json()["status"] == "completed"
+    )
+    assert client.get("/api/runs/digits-web").status_code == 401  # the guard comes first
+
+    def routed(*args):
+        raise AssertionError("the router answered a status poll")
+
+    monkeypatch.setattr(api, "_record", routed)  # the router's way to the record
+    answer = client.get("/api/runs/digits-web", headers=auth)
+    assert answer.status_code == 200 and answer.json()["status"] == "completed"
+    monkeypatch.undo()
+    assert client.get("/api/runs/no-such-run", headers=auth).status_code == 404
+    assert client.get("/api/runs/..%2Fetc", headers=auth).status_code in (400, 404)

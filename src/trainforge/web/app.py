@@ -137,6 +137,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.trainforge = state
+    app.add_middleware(api.StatusFastPath, state=state)  # inside the guard: added first
     app.add_middleware(AccessGuard, settings=settings)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(api.router)
