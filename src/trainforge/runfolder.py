@@ -48,6 +48,11 @@ class RunFolder:
         return self.path / "checkpoints"
 
     @property
+    def interrupted_checkpoint(self) -> Path:
+        """The checkpoint the trainer saves when a signal stops it."""
+        return self.checkpoints / "checkpoint_interrupted"
+
+    @property
     def metrics(self) -> Path:
         return self.path / "metrics.jsonl"
 

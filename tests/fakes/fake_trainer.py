@@ -1,6 +1,7 @@
 """A stand-in for `trainforge train` in the web app's fast tests: same arguments, same run
 folder contract (metrics.jsonl lines, summary.json, checkpoints/checkpoint_interrupted,
-models/NAME with trainforge.json, exit 0 / 130 / 143), in milliseconds instead of the
+models/NAME with trainforge.json, the step counts in run.json when the run has one,
+exit 0 / 130 / 143), in milliseconds instead of the
 seconds that importing torch takes. The real trainer runs under the web app in the slow and
 browser tests. Environment knobs: FAKE_TRAINER_STEPS (default 20), FAKE_TRAINER_STEP_S
 (default 0.05), FAKE_TRAINER_CRASH_AT (a step: exit 1 with a traceback there),
@@ -29,6 +30,15 @@ def parse(argv: list[str]) -> tuple[dict[str, str], bool]:
     return sets, resume
 
 
+def record_steps(run_dir: Path, steps: int) -> None:
+    """Add the run's step counts to its run.json, as the trainer does once it knows them."""
+    from trainforge.runfolder import RunFolder
+
+    folder = RunFolder(run_dir)
+    if folder.is_run():
+        folder.write_run({**folder.read_run(), "total_steps": steps, "steps_per_epoch": steps // 2})
+
+
 def main() -> int:
     sets, resume = parse(sys.argv[1:])
     dump = os.environ.get("FAKE_TRAINER_ENV_DUMP")
@@ -50,6 +60,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.append("SIGINT"))
     signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
     print(f"steps: {steps} ({steps // 2}/epoch)", flush=True)
+    record_steps(run_dir, steps)
     metrics = (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
     step = start
     while step < steps and not stop:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,14 @@ class LoginRequest(BaseModel):
     token: str
 
 
-def create_app(settings: WebSettings | None = None, platform: Platform | None = None) -> FastAPI:
+def create_app(
+    settings: WebSettings | None = None,
+    platform: Platform | None = None,
+    launch: Callable | None = None,
+) -> FastAPI:
+    """The app; `launch` starts the training processes (default `subprocess.Popen`)."""
     settings = settings or WebSettings()
-    state = AppState.create(settings, platform)
+    state = AppState.create(settings, platform, launch)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -131,6 +137,7 @@ def create_app(settings: WebSettings | None = None, platform: Platform | None = 
         lifespan=lifespan,
     )
     app.state.trainforge = state
+    app.add_middleware(api.StatusFastPath, state=state)  # inside the guard: added first
     app.add_middleware(AccessGuard, settings=settings)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(api.router)

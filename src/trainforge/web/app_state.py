@@ -4,20 +4,18 @@ own (the registry) and those started from the command line (`cli_runs`)."""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trainforge.hardware import Platform
+from trainforge.runfolder import RunFolder
 from trainforge.web.cli_runs import CliRuns
 from trainforge.web.db import RunRecord, RunRegistry
-from trainforge.web.run_files import (
-    INTERRUPTED_CHECKPOINT,
-    MetricsCache,
-    TelemetrySetting,
-    checkpoints,
-    telemetry_note,
-    total_steps,
-)
+from trainforge.web.run_files import MetricsCache, TelemetrySetting, checkpoints, telemetry_note
 from trainforge.web.runner import Runner
 from trainforge.web.settings import WebSettings
 from trainforge.web.system import SystemView
@@ -33,10 +31,16 @@ class AppState:
     system: SystemView
     cli_runs: CliRuns
     telemetry: TelemetrySetting = field(default_factory=TelemetrySetting)
-    _steps: dict[tuple[str, int], int] = field(default_factory=dict)
+    _views: dict[str, CachedView] = field(default_factory=dict)
+    _version: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Entity tags name this server process, so one from before a restart never matches.
+    _epoch: str = field(default_factory=lambda: os.urandom(4).hex())
 
     @classmethod
-    def create(cls, settings: WebSettings, platform: Platform | None = None) -> AppState:
+    def create(
+        cls, settings: WebSettings, platform: Platform | None = None, launch: Callable | None = None
+    ) -> AppState:
         platform = platform or settings.detect_platform()
         assert settings.db_path is not None
         registry = RunRegistry(settings.db_path)
@@ -44,7 +48,7 @@ class AppState:
             settings=settings,
             platform=platform,
             registry=registry,
-            runner=Runner(settings, registry),
+            runner=Runner(settings, registry, launch),
             metrics=MetricsCache(),
             system=SystemView(platform, settings.telemetry_interval_s),
             cli_runs=CliRuns(settings),
@@ -62,8 +66,36 @@ class AppState:
         return self.registry.get(run_id) or self.cli_runs.get(run_id)
 
     def run_view(self, record: RunRecord) -> dict[str, Any]:
-        """A run as the pages and the API show it: the record plus its folder's facts."""
+        """A run as the pages and the API show it: the record plus its folder's facts.
+        Built again only when the record or one of the folder's files changed (`_stamp`);
+        the dict is shared, so callers read it and never change it."""
+        return self.cached_view(record).view
+
+    def cached_view(self, record: RunRecord) -> CachedView:
+        """The run's view with its entity tag, which changes whenever the view does."""
         folder = self.settings.run_folder(record.id)
+        stamp = self._stamp(record, folder)
+        cached = self._views.get(record.id)
+        if cached is None or cached.stamp != stamp:
+            view = self._build(record, folder)
+            with self._lock:
+                self._version += 1
+                etag = f'"{self._epoch}-{self._version}"'
+            cached = self._views[record.id] = CachedView(stamp, view, etag)
+        return cached
+
+    def _stamp(self, record: RunRecord, folder: RunFolder) -> tuple:
+        """What a run view is made of: the record, and the (size, modification time) of each
+        file and folder it reads. The metrics file grows with every record, the checkpoints
+        folder changes when a checkpoint is renamed into it or removed."""
+        paths = [folder.metrics, folder.checkpoints, folder.report, folder.resolved_config]
+        paths.append(folder.run_json)
+        if record.status == "completed" and record.output_model:
+            paths.append(self.settings.models_path / record.output_model)
+        position = self.runner.position(record.id) if record.status == "queued" else None
+        return (tuple(record.to_dict().values()), position, *map(_file_stamp, paths))
+
+    def _build(self, record: RunRecord, folder: RunFolder) -> dict[str, Any]:
         latest = self.metrics.latest(folder)
         train = latest.by_split.get("train", {})
         found = checkpoints(folder)
@@ -73,11 +105,11 @@ class AppState:
         view.update(
             step=max((int(r.get("step") or 0) for r in latest.by_split.values()), default=0),
             epoch=train.get("epoch"),
-            total_steps=self._total_steps(record),
+            total_steps=self.cli_runs.total_steps(record.id, record.started_at),
             latest=latest.by_split,
             num_records=latest.count,
             checkpoints=found,
-            interrupted_checkpoint=INTERRUPTED_CHECKPOINT in found,
+            interrupted_checkpoint=folder.interrupted_checkpoint.name in found,
             report=(f"/runs/{record.id}/report" if folder.report.is_file() else None),
             resumable=record.status == "stopped" or (record.status == "failed" and bool(found)),
             position=self.runner.position(record.id) if record.status == "queued" else None,
@@ -94,14 +126,22 @@ class AppState:
             return False
         return (self.settings.models_path / record.output_model / "config.json").is_file()
 
-    def _total_steps(self, record: RunRecord) -> int | None:
-        # Read from the log once per attempt: the status endpoint is polled often.
-        key = (record.id, record.attempts)
-        if key not in self._steps:
-            found = total_steps(self.runner.log_path(record.id)) or self.cli_runs.total_steps(
-                record.id
-            )
-            if found is None:
-                return None
-            self._steps[key] = found
-        return self._steps[key]
+
+@dataclass
+class CachedView:
+    """A run view, the stamp it was built from, its entity tag, and (once the status
+    endpoint asked) its JSON encoding."""
+
+    stamp: tuple
+    view: dict[str, Any]
+    etag: str
+    body: bytes | None = None
+
+
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    """(size, modification time in ns) of a file or folder, None when it does not exist."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns

@@ -8,7 +8,8 @@ is read from the folder, as the CLI leaves it:
 - its lock is held (`RunFolder.holder`): running;
 - summary.json written since the last start (run.json's newest segment): completed, or
   stopped when the summary records an interruption;
-- else `checkpoint_interrupted` saved since that start: stopped;
+- else the interrupted checkpoint (`RunFolder.interrupted_checkpoint`) saved since that
+  start: stopped;
 - else the process ended without finishing: failed (with the OOM killer named when its
   process file says so, `hardware.oom`).
 
@@ -31,7 +32,7 @@ import yaml
 from trainforge.hardware.oom import previous_end
 from trainforge.runfolder import RunFolder
 from trainforge.web.db import RunRecord
-from trainforge.web.run_files import interrupted_checkpoint, read_summary
+from trainforge.web.run_files import read_summary
 from trainforge.web.settings import WebSettings, is_plain_name
 
 ORIGIN = "command line"
@@ -82,10 +83,13 @@ class CliRuns:
             finished_at=finished_at,
         )
 
-    def total_steps(self, run_id: str) -> int | None:
-        """The optimizer steps run.json records for the run (None: not known yet)."""
+    def total_steps(self, run_id: str, since: float | None = None) -> int | None:
+        """The optimizer steps run.json records for the run (None: not known yet, or the
+        run.json was written before `since`, by an earlier run of that name)."""
         facts = self._facts(self.settings.run_folder(run_id)) if is_plain_name(run_id) else None
-        steps = (facts or {}).get("total_steps")
+        if facts is None or (since is not None and facts["written"] < since - 1.0):
+            return None
+        steps = facts.get("total_steps")
         return int(steps) if isinstance(steps, int) else None
 
     def _facts(self, folder: RunFolder) -> dict[str, Any] | None:
@@ -104,6 +108,7 @@ class CliRuns:
             return cached[2]
         facts = _read_facts(folder)
         if facts is not None:
+            facts["written"] = run_mtime / 1e9
             with self._lock:
                 self._cache[folder.path] = (run_mtime, config_mtime, facts)
         return facts
@@ -152,9 +157,10 @@ def _status(folder: RunFolder, last_start: float | None) -> tuple[str, str, floa
             signal = summary.get("signal") or "a signal"
             return "stopped", f"stopped by {signal} (started from the command line)", summary_at
         return "completed", _MESSAGE["completed"], summary_at
-    saved_at = _mtime(interrupted_checkpoint(folder))
+    saved = folder.interrupted_checkpoint
+    saved_at = _mtime(saved)
     if saved_at is not None and saved_at >= since:
-        return "stopped", "stopped; checkpoint_interrupted saved", saved_at
+        return "stopped", f"stopped; {saved.name} saved", saved_at
     killed = previous_end(folder.process_file)
     ended = "the training process ended without finishing (started from the command line)"
     return "failed", killed or ended, _mtime(folder.metrics)

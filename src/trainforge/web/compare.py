@@ -24,8 +24,9 @@ def candidates(runs_path: Path) -> list[str]:
     """Every run folder one or two levels under the runs folder, as relative names."""
     if not runs_path.is_dir():
         return []
-    found = [p.parent for p in runs_path.glob("*/run.json")]
-    found += [p.parent for p in runs_path.glob("*/*/run.json")]
+    record = RunFolder(runs_path).run_json.name  # a run folder holds its run.json
+    found = [p.parent for p in runs_path.glob(f"*/{record}")]
+    found += [p.parent for p in runs_path.glob(f"*/*/{record}")]
     return sorted(str(p.relative_to(runs_path)) for p in found if not p.name.startswith("."))
 
 

@@ -11,7 +11,7 @@ the status endpoint, reading only the bytes added since the last call.
 from __future__ import annotations
 
 import json
-import re
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +21,6 @@ import yaml
 
 from trainforge.runfolder import RunFolder
 
-# The checkpoint the trainer saves when a signal stops it (engine/callbacks.py GracefulStop).
-INTERRUPTED_CHECKPOINT = "checkpoint_interrupted"
-# The trainer's start line: "... steps: 920 (23/epoch)".
-_TOTAL_STEPS_RE = re.compile(rb"steps: (\d+) \((\d+)/epoch\)")
 _MAX_READ = 4 * 1024 * 1024
 
 
@@ -130,10 +126,6 @@ def telemetry_note(status: str, telemetry: bool | None) -> str:
     return "The run ended before its first telemetry sample."
 
 
-def interrupted_checkpoint(folder: RunFolder) -> Path:
-    return folder.checkpoints / INTERRUPTED_CHECKPOINT
-
-
 def checkpoints(folder: RunFolder) -> list[str]:
     root = folder.checkpoints
     if not root.is_dir():
@@ -160,25 +152,26 @@ def summary_since(folder: RunFolder, since: float | None) -> dict[str, Any] | No
     return read_summary(folder)
 
 
-def total_steps(log_path: Path) -> int | None:
-    """Optimizer steps the run will take, from the trainer's start line in its log."""
-    try:
-        with log_path.open("rb") as fh:
-            data = fh.read(256 * 1024)
-    except OSError:
-        return None
-    found = _TOTAL_STEPS_RE.findall(data)
-    return int(found[-1][0]) if found else None
+_TAILS: dict[Path, tuple[tuple[int, int], list[str]]] = {}
+_TAIL_BYTES = 64 * 1024
 
 
 def log_tail(log_path: Path, max_lines: int = 40) -> list[str]:
-    """The last lines of a run's output, progress-bar redraws removed."""
+    """The last lines of a run's output, progress-bar redraws removed. The lines of the
+    log's last 64 KiB are kept per (size, modification time): the run page asks every few
+    seconds, and a log that did not change is not read again."""
     try:
-        size = log_path.stat().st_size
+        info = os.stat(log_path)
+        stamp = (info.st_size, info.st_mtime_ns)
+        cached = _TAILS.get(log_path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1][-max_lines:]
         with log_path.open("rb") as fh:
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read().decode("utf-8", errors="replace")
+            fh.seek(max(0, info.st_size - _TAIL_BYTES))
+            data = fh.read(_TAIL_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return []
-    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in data.splitlines()]
-    return [line for line in lines if line][-max_lines:]
+    lines = [line.rsplit("\r", 1)[-1].rstrip() for line in data.split("\n")]
+    lines = [line for line in lines if line]
+    _TAILS[log_path] = (stamp, lines)
+    return lines[-max_lines:]

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -34,13 +35,7 @@ from trainforge.hardware.oom import previous_end
 from trainforge.hardware.threads import THREADS_ENV, usable_cores
 from trainforge.runfolder import resume_command
 from trainforge.web.db import RUNNING, RunRecord, RunRegistry
-from trainforge.web.run_files import (
-    INTERRUPTED_CHECKPOINT,
-    checkpoints,
-    interrupted_checkpoint,
-    log_tail,
-    summary_since,
-)
+from trainforge.web.run_files import checkpoints, log_tail, summary_since
 from trainforge.web.settings import TOKEN_ENV, WebSettings
 
 STOP_CODES = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM"}
@@ -48,9 +43,14 @@ _ADOPT_POLL_S = 1.0
 
 
 class Runner:
-    def __init__(self, settings: WebSettings, registry: RunRegistry) -> None:
+    def __init__(
+        self, settings: WebSettings, registry: RunRegistry, launch: Callable | None = None
+    ) -> None:
         self.settings = settings
         self.registry = registry
+        # How a training process starts: `subprocess.Popen`, or a `Launcher.popen` that
+        # starts it at the priority the server was started with (web/priority.py).
+        self._launch = launch or subprocess.Popen
         self._lock = threading.Lock()
         # Held while a slot is judged and filled, and by cancel: a queued run starts or is
         # cancelled, never both.
@@ -163,7 +163,7 @@ class Runner:
         with self._lock, log.open("ab") as out:
             out.write(shown.encode() + b"\n")
             out.flush()
-            process = subprocess.Popen(
+            process = self._launch(
                 argv,
                 cwd=self.settings.root,
                 stdin=subprocess.DEVNULL,
@@ -297,8 +297,8 @@ class Runner:
         if record.task == "sweep" and code in STOP_CODES:  # its trials saved their own
             return "stopped", "stopped; running trials saved checkpoints, Resume continues"
         if code in STOP_CODES:
-            saved = interrupted_checkpoint(folder).is_dir()
-            where = f"checkpoint {INTERRUPTED_CHECKPOINT} saved" if saved else "no checkpoint yet"
+            saved = folder.interrupted_checkpoint
+            where = f"checkpoint {saved.name} saved" if saved.is_dir() else "no checkpoint yet"
             return "stopped", f"stopped by {STOP_CODES[code]}; {where}"
         killed = previous_end(folder.process_file) if code is None or code < 0 else None
         if killed is not None:  # the kernel's OOM killer: say so, and how to avoid it

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import socket
 from pathlib import Path
 
@@ -87,11 +90,33 @@ def serve(host: str, port: int, token: str | None, **options) -> None:
     import uvicorn
 
     from trainforge.web.app import create_app
+    from trainforge.web.priority import Launcher, lower_server_priority
 
     _check_port(host, port)
-    app = create_app(settings)
+    # The launcher thread keeps the user's priority for the trainings; everything else of
+    # the server, and every thread it starts from now on, runs below it (web/priority.py).
+    launcher = Launcher()
+    trainings = os.getpriority(os.PRIO_PROCESS, launcher.native_id)
+    server = lower_server_priority(launcher, settings.server_niceness)
+    app = create_app(settings, launch=launcher.popen)
     shown = f"[{host}]" if ":" in host else host
     guard = " (access token required)" if settings.token else ""
     print(f"trainforge web app: http://{shown}:{port}/{guard}", flush=True)
     print(f"runs database: {settings.db_path}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    if server is not None:
+        print(f"cpu priority: server nice {server}, trainings nice {trainings}", flush=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level="info")  # sets up logging
+    logging.getLogger("uvicorn.access").addFilter(quiet_polls)
+    uvicorn.Server(config).run()
+
+
+_STATUS_PATH = re.compile(r"/api/runs/[^/?]+(\?.*)?")
+
+
+def quiet_polls(record: logging.LogRecord) -> bool:
+    """Leave the answered status polls out of the access log (a page or script asks every
+    second or two: the lines would bury everything else, and each costs the server CPU)."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) == 5 and args[1] == "GET" and args[4] in (200, 304):
+        return not _STATUS_PATH.fullmatch(str(args[2]))
+    return True

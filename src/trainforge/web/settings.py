@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainforge.errors import UserError
 from trainforge.runfolder import RunFolder
+from trainforge.web.priority import SERVER_NICENESS
 
 TOKEN_ENV = "TRAINFORGE_WEB_TOKEN"
 DB_ENV = "TRAINFORGE_WEB_DB"
@@ -67,6 +68,9 @@ class WebSettings:
     # Trainings run at once on this server's device; the rest wait in a queue. One by
     # default: two runs sharing 2 cores each got 0.44x of one run's throughput together.
     max_parallel_runs: int | None = None
+    # `trainforge serve` runs this many nice steps below the trainings it starts
+    # (web/priority.py); 0 keeps the server at their priority.
+    server_niceness: int = SERVER_NICENESS
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from trainforge import __version__
 from trainforge.errors import UserError
 from trainforge.runfolder import RunFolder
+from trainforge.sweep.study import SweepFolder
 from trainforge.web.db import RunRecord
 from trainforge.web.settings import check_name
 
@@ -87,7 +88,8 @@ def list_sweeps(request: Request) -> list[dict[str, Any]]:
     """Every sweep folder under the runs folder, with its queue status when started here."""
     state = _state(request)
     root = state.settings.runs_path
-    found = sorted(p.parent.name for p in root.glob("*/sweep.json")) if root.is_dir() else []
+    request = SweepFolder(root).request.name  # a sweep folder holds its request
+    found = sorted(p.parent.name for p in root.glob(f"*/{request}")) if root.is_dir() else []
     out = []
     for name in found:
         record = state.registry.get(name)
