@@ -19,10 +19,11 @@ fallback cannot tell a live holder from a stale one. No torch import here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,12 @@ from trainforge.errors import UserError
 
 RUN_JSON = "run.json"
 RUN_JSON_FORMAT = 1
+SUMMARY = "summary.json"  # a run's summary, and an export artifact's beside its files
+
+
+def summary_file(folder: Path) -> Path:
+    """The summary.json of a run folder or of an export artifact's folder."""
+    return Path(folder) / SUMMARY
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class RunFolder:
 
     @property
     def summary(self) -> Path:
-        return self.path / "summary.json"
+        return summary_file(self.path)
 
     @property
     def model(self) -> Path:
@@ -187,6 +194,16 @@ class RunFolder:
         return dropped
 
     # ------------------------------------------------------------------ lock
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[Hold]:
+        """This process's hold on the folder for the life of a run: the lock is taken when
+        the run first needs it (`Hold.take`) and let go when the `with` block ends."""
+        held = Hold(self)
+        try:
+            yield held
+        finally:
+            held.release()
+
     def lock(self) -> int:
         """Hold the folder for this process (an flock on the folder itself, so nothing is
         written yet); one line naming the holder when another process has it."""
@@ -229,6 +246,28 @@ class RunFolder:
         finally:
             os.close(fd)
         return None
+
+
+class Hold:
+    """The lock of one run folder as the run takes it: `take` locks once (a second call
+    keeps the lock it has), `release` lets it go; see `RunFolder.hold`."""
+
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+
+    @property
+    def taken(self) -> bool:
+        return self._fd is not None
+
+    def take(self) -> None:
+        if self._fd is None:
+            self._fd = self.folder.lock()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def for_config(output_dir: str, run_name: str | None, config_path: Path | None) -> RunFolder:

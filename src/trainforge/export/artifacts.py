@@ -25,10 +25,9 @@ import torch
 import yaml
 
 from trainforge.errors import UserError
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import SUMMARY, RunFolder, summary_file
 from trainforge.storage import ACCESS_ERRNOS, SPACE_ERRNOS, storage_error
 
-SUMMARY = "summary.json"
 CONFIG = "config.yaml"
 DISK_ERRNOS = SPACE_ERRNOS | ACCESS_ERRNOS
 EXPORT_HINT = "pass an artifact folder written by `trainforge export` (e.g. runs/NAME/export/onnx)"
@@ -100,7 +99,7 @@ def _write_error(final: Path, err: OSError, written: int | None) -> UserError:
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> None:
-    (folder / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary_file(folder).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
 def folder_size(folder: Path, names: list[str]) -> int:
@@ -214,7 +213,7 @@ def torch_predictor(artifact: Artifact, device: str, threads: int | None) -> Tor
 
 def _read_summary(folder: Path) -> dict[str, Any] | None:
     """The artifact summary in `folder`, or None (a run's training summary.json is not one)."""
-    path = folder / SUMMARY
+    path = summary_file(folder)
     if not path.is_file():
         return None
     try:

@@ -19,6 +19,7 @@ import torch
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
 from trainforge.export.artifacts import ArtifactDir, folder_size, write_summary
+from trainforge.runfolder import SUMMARY
 
 if TYPE_CHECKING:
     from trainforge.export.pipeline import ExportJob, Result
@@ -108,7 +109,7 @@ class CausalLMExport:
             "runtime": "transformers",
             "precision": "fp32",
             "artifact": WEIGHTS_FILE,
-            "files": [*files, "summary.json"],
+            "files": [*files, SUMMARY],
             "task": self.kind,
             "source": str(job.source.weights),
             "config_hash": config_hash(self.config),

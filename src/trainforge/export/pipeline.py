@@ -28,7 +28,7 @@ from trainforge.export.measure import Latency, measure_latency, predict_all, tar
 from trainforge.export.options import ExportOptions, check_formats, check_options
 from trainforge.export.source import Source, resolve_source
 from trainforge.registry import EXPORT_FORMATS
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import SUMMARY, RunFolder
 
 
 @dataclass
@@ -130,7 +130,7 @@ class ExportJob:
             "runtime": runtime,
             "precision": precision,
             "artifact": artifact,
-            "files": [*files, "summary.json"],
+            "files": [*files, SUMMARY],
             "task": self.kind.kind,
             "source": str(self.source.weights),
             "config_hash": config_hash(self.source.config),

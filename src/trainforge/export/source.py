@@ -26,10 +26,6 @@ from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
 from trainforge.runfolder import RunFolder
 
-# A checkpoint folder's own files: engine/checkpoint.py's layout, not the run folder's.
-CHECKPOINT_WEIGHTS = "model.safetensors"
-CHECKPOINT_CONFIG = "config.yaml"
-
 
 @dataclass
 class Source:
@@ -59,7 +55,7 @@ def resolve_source(path: Path) -> Source:
         if run.model.is_file():
             return _read(path, path, run.model, run.resolved_config)
         root = run.checkpoints
-        best = root / "best_model"
+        best = root / ckpt.best_name()
         if best.is_dir() and ckpt.verify(best) is None:
             return _from_checkpoint(best, path)
         newest = ckpt.latest(root)
@@ -102,7 +98,7 @@ def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     ckpt.check_format(folder, ckpt.read_meta(folder))
-    return _read(folder, run_dir, folder / CHECKPOINT_WEIGHTS, folder / CHECKPOINT_CONFIG)
+    return _read(folder, run_dir, ckpt.weights_file(folder), ckpt.config_file(folder))
 
 
 def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:
@@ -138,7 +134,7 @@ def load_run_plugins(path: Path) -> None:
     if not path.is_dir():
         return
     is_checkpoint = (path / ckpt.MANIFEST).is_file()
-    config_file = path / CHECKPOINT_CONFIG if is_checkpoint else RunFolder(path).resolved_config
+    config_file = ckpt.config_file(path) if is_checkpoint else RunFolder(path).resolved_config
     try:
         raw = yaml.safe_load(config_file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
