@@ -34,6 +34,7 @@ from trainforge.errors import UserError
 RUN_JSON = "run.json"
 RUN_JSON_FORMAT = 1
 SUMMARY = "summary.json"  # a run's summary, and an export artifact's beside its files
+REPORT = "report.html"  # a run's report, and a sweep's beside its trials
 
 
 def summary_file(folder: Path) -> Path:
@@ -80,7 +81,7 @@ class RunFolder:
 
     @property
     def report(self) -> Path:
-        return self.path / "report.html"
+        return self.path / REPORT
 
     @property
     def report_images(self) -> Path:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainforge.errors import UserError
+from trainforge.runfolder import REPORT
 
 SWEEP_JSON = "sweep.json"
 REASON_ATTR = "fail_reason"
@@ -75,7 +76,7 @@ class SweepFolder:
 
     @property
     def report(self) -> Path:
-        return self.path / "report.html"
+        return self.path / REPORT
 
     @property
     def logs(self) -> Path:
