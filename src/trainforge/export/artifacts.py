@@ -179,19 +179,20 @@ class Artifact:
             )
         return load(self, device, threads)
 
-    def torch_model(self) -> torch.nn.Module:
+    def fresh_model(self) -> torch.nn.Module:
+        """The artifact's model as its config and summary build it, without weights."""
         from trainforge.config.schema import RunConfig
         from trainforge.export.kinds import kind_class
 
         config = RunConfig.model_validate(yaml.safe_load((self.folder / CONFIG).read_text()))
         cls = kind_class(self.summary["task"], source=str(self.folder))
-        model = cls.build_model(config, self.summary["model"])
-        if self.runtime == "torch-int8":
-            from trainforge.export.int8 import load_int8
+        return cls.build_model(config, self.summary["model"])
 
-            return load_int8(model, self.model_file)
+    def torch_model(self) -> torch.nn.Module:
+        """The fp32 PyTorch model with the artifact's safetensors weights."""
         from safetensors.torch import load_file
 
+        model = self.fresh_model()
         model.load_state_dict(load_file(str(self.model_file)))
         return model.eval()
 
@@ -202,12 +203,7 @@ def ort_predictor(artifact: Artifact, device: str, threads: int | None) -> OrtPr
 
 
 def torch_predictor(artifact: Artifact, device: str, threads: int | None) -> TorchPredictor:
-    """Runtimes `torch` (fp32 safetensors) and `torch-int8` (CPU only)."""
-    if artifact.runtime == "torch-int8" and device != "cpu":
-        raise UserError(
-            f"{artifact.folder}: dynamic INT8 PyTorch models run on the CPU only",
-            "benchmark it with --device cpu",
-        )
+    """Runtime `torch`: fp32 safetensors (`torch-int8` is `export.int8.int8_predictor`)."""
     return TorchPredictor(artifact.torch_model(), device)
 
 

@@ -22,7 +22,7 @@ from trainforge.export.artifacts import ArtifactDir, folder_size, write_summary
 from trainforge.runfolder import SUMMARY
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -63,7 +63,7 @@ class CausalLMExport:
         return self.task.metrics(loss_sum, weight, sums), logits
 
     def write_safetensors(self, job: ExportJob) -> list[Result]:
-        from trainforge.export.pipeline import Result
+        from trainforge.export.job import Result
         from trainforge.models import hf
 
         model = self._loaded_model(job)

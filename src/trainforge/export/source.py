@@ -24,6 +24,7 @@ from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
+from trainforge.export.plugins import load_plugins, run_of
 from trainforge.runfolder import RunFolder
 
 
@@ -49,7 +50,7 @@ def resolve_source(path: Path) -> Source:
     if not path.is_dir():
         raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)
     if (path / ckpt.MANIFEST).is_file():
-        return _from_checkpoint(path, _run_of(path))
+        return _from_checkpoint(path, run_of(path))
     run = RunFolder(path)
     if run.resolved_config.is_file():
         if run.model.is_file():
@@ -87,12 +88,6 @@ def load_weights(
     return model.eval()
 
 
-def _run_of(checkpoint: Path) -> Path:
-    """The run folder whose checkpoints/ holds `checkpoint`, else the checkpoint itself."""
-    run = RunFolder(checkpoint.parent.parent)
-    return run.path if run.checkpoints == checkpoint.parent else checkpoint
-
-
 def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     problem = ckpt.verify(folder)
     if problem:
@@ -108,7 +103,7 @@ def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Sourc
     from trainforge.export.kinds import kind_class
 
     kind_class(str(kind), source=str(given))  # a wrong task fails before the config check
-    _load_plugins(raw, run_dir)
+    load_plugins(raw, run_dir)
     try:
         config = RunConfig.model_validate(raw)
     except ValidationError as err:
@@ -125,32 +120,6 @@ def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Sourc
             f"cannot read weights {weights}: {err}", "pick another checkpoint"
         ) from None
     return Source(given, run_dir, weights, config, text, state)
-
-
-def load_run_plugins(path: Path) -> None:
-    """Import the plugins a run or checkpoint folder records (its config's `extensions`), so
-    that its export formats are known before `--format` is checked; quiet when unreadable
-    (`resolve_source` names the problem later)."""
-    if not path.is_dir():
-        return
-    is_checkpoint = (path / ckpt.MANIFEST).is_file()
-    config_file = ckpt.config_file(path) if is_checkpoint else RunFolder(path).resolved_config
-    try:
-        raw = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return
-    if isinstance(raw, dict) and raw.get("extensions"):
-        _load_plugins(raw, _run_of(path) if is_checkpoint else path)
-
-
-def _load_plugins(raw: dict[str, Any], run_dir: Path) -> None:
-    """The run's plugins (`extensions`), imported before its names are checked; a relative
-    file is looked up where the run started too."""
-    from trainforge.extensions import listed, load_extensions
-
-    run = RunFolder(run_dir)
-    started = run.read_run().get("cwd") if run.is_run() else None
-    load_extensions(listed(raw.get("extensions")), base=Path(started) if started else None)
 
 
 def _parse(text: str, config_file: Path) -> dict[str, Any]:

@@ -233,3 +233,20 @@ def claim(folder: SweepFolder, study: Any, total: int) -> tuple[Any, int] | None
             return None
         trial = study.ask()
         return trial, folder.take_lease(trial.number)
+
+
+def record_sweep(plan: dict[str, Any]) -> SweepFolder:
+    """Write sweep.json, or check that the sweep already there is this one."""
+    folder = SweepFolder(Path(plan["folder"]))
+    kept = {k: v for k, v in plan.items() if not k.startswith("_") and k != "parallel"}
+    if folder.is_sweep():
+        before = folder.read_request()
+        for key in ("config", "space", "metric", "direction", "pruner", "train_args"):
+            if before.get(key) != kept.get(key):
+                raise UserError(
+                    f"{folder.path} holds a sweep with another {key}",
+                    "run it with its own command, or pick another --name",
+                )
+        kept["trials"] = max(int(before.get("trials") or 0), kept["trials"])
+    folder.write_request(kept)
+    return folder
