@@ -14,6 +14,12 @@ leaves either the old checkpoint or the new one, never half of one. Loading chec
 manifest; a folder without a valid manifest is not a checkpoint. `recover` tidies what a
 crash mid-write leaves behind (temporary folders, a replaced folder not yet deleted).
 
+The folders' names (`checkpoint-N`, `checkpoint_epoch_N`, `best_model`,
+`checkpoint_time_limit`, `checkpoint_interrupted`) and which of them rotation deletes are
+one table, `NAMES`, read through `step_name`, `best_name`, `interrupted_name`, ...,
+`is_periodic` and `most_kept`; torch is imported only by the functions that need it, so the
+web app, the report and the doctor read the table without it.
+
 Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints with the
 training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch, config_hash,
 timestamp), the best value of metric_for_best_model and the newest checkpoint.

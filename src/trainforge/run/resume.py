@@ -1,5 +1,9 @@
-"""Where a run starts: the run folder claimed, the checkpoint it resumes from, run.json,
-the restore itself, and the Slurm requeue that lets a preempted job come back to it.
+"""Resume, in one place: what `--resume` names (the run.json recipe it rebuilds, the
+directory the run started in), the run folder claimed under its hold, the checkpoint the
+run resumes from, the batch numbers that checkpoint keeps for `batch_size: auto`, run.json
+and its segments, the restore itself, and the Slurm requeue that lets a preempted job come
+back to it. Checkpoint files are `trainforge.engine.checkpoint`'s, the folder's layout
+`trainforge.runfolder`'s.
 
 Order matters for "nothing half-written": the resume point is chosen (and refused) before
 anything is written; the folder is readied for writing only once the task exists, so a
