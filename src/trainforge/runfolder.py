@@ -14,8 +14,9 @@ A lock (an `fcntl.flock` on the folder, held for the life of the training proces
 `RunFolder.hold()`) keeps two trainings out of one folder; taking it writes nothing, so a
 refused start leaves the folder untouched. The kernel drops the lock when its process
 dies, kill -9 included, so a stale lock is simply taken over; `.lock` names the holder's
-PID once the run writes. The filelock package was considered: it adds nothing over flock here and its soft-lock
-fallback cannot tell a live holder from a stale one. No torch import here.
+PID once the run writes. The filelock package was considered: it adds nothing over flock
+here and its soft-lock fallback cannot tell a live holder from a stale one. No torch
+import here.
 """
 
 from __future__ import annotations
