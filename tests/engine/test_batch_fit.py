@@ -363,6 +363,18 @@ def test_a_resumed_run_keeps_its_checkpoints_numbers(tmp_path, monkeypatch):
     assert "kept from the checkpoint" in line
 
 
+def test_the_batch_fit_returns_numbers_and_leaves_the_config_to_the_plan(tmp_path, monkeypatch):
+    from trainforge.config.plan import BatchPlan, apply_batch_plan
+
+    monkeypatch.setattr(batch_probe, "fit", fake_fit(16))
+    resolved = resolve(tmp_path, "training: {per_device_train_batch_size: auto}\n")
+    plan, line = batch_probe.fit_auto_batch(resolved, None, None, build_task=None)
+    assert plan == BatchPlan(16, 8, 1, AUTO_GLOBAL_BATCH) and line.startswith("batch fit: ")
+    assert resolved.config.training.per_device_train_batch_size == "auto"  # not rewritten
+    applied = apply_batch_plan(resolved, plan).config.training
+    assert (applied.per_device_train_batch_size, applied.gradient_accumulation_steps) == (16, 8)
+
+
 def test_integer_batch_sizes_pass_through_untouched(tmp_path, monkeypatch):
     monkeypatch.setattr(batch_probe, "fit", fake_fit(1))
     resolved = resolve(tmp_path, "training: {per_device_train_batch_size: 32}\n")
