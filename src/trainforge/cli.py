@@ -74,7 +74,7 @@ def train(ctx: typer.Context) -> None:
 
     platform = detect()
     ranks = env_ranks(os.environ)
-    resolved, resume = _resolve_run(args, platform, ranks[1] if ranks else 1)
+    resolved, resume = _resolve(args, platform, ranks[1] if ranks else 1)
     from trainforge.train import train as run_training
 
     summary = run_training(resolved, platform, resume_from=resume)
@@ -102,148 +102,11 @@ def _one_config(args, command: str) -> None:
         )
 
 
-def _resolve_run(args, platform, world_size: int, **check: object):
-    """(the resolved run, what to resume from: None, auto or a checkpoint folder).
+def _resolve(args, platform, world_size: int, **check: object):
+    """(the resolved run, what to resume from): see `trainforge.run.resume.resolve_run`."""
+    from trainforge.run.resume import resolve_run
 
-    `--resume runs/NAME` rebuilds the run recorded in that folder (its run.json), with
-    the flags given now on top; `--resume CHECKPOINT` does so from that checkpoint."""
-    from trainforge.config import validate
-    from trainforge.runfolder import find_run
-
-    resume, recorded, config_path, profile = args.resume, None, args.config, args.profile
-    flags = dict(args.flags)
-    if resume not in (None, "auto"):
-        found = find_run(resume) or _in_config_run(args, resume, platform)
-        if found is None:
-            _resume_not_found(args, resume, platform)
-        folder, checkpoint = found
-        resume = str(checkpoint) if checkpoint else "auto"
-        if folder.is_run():
-            record = folder.read_run()
-            recorded = dict(record.get("recipe") or {})
-            if config_path is not None:
-                recorded.pop("file", None)  # a config named now is read afresh
-            else:
-                config_path = Path(record["config_file"]) if record.get("config_file") else None
-            profile = profile or record.get("profile")
-            _print_changes(folder, args)
-            folder, resume = _enter_start_dir(record, folder, checkpoint)
-        elif config_path is None:
-            raise UserError(
-                f"--resume {resume}: {folder.path} has no run record (run.json)",
-                f"name its config too: trainforge train CONFIG --resume {folder.path}",
-            )
-        flags["output.dir"] = str(folder.path.parent)
-        flags["output.run_name"] = folder.path.name
-    if config_path is None and recorded is None:
-        raise UserError("no run config given", "trainforge train CONFIG (or --config FILE)")
-    resolved = validate(
-        config_path,
-        platform=platform,
-        profile=profile,
-        overrides=args.overrides,
-        flags=flags,
-        flag_sources=args.sources,
-        recorded=recorded,
-        world_size=world_size,
-        **check,
-    )
-    if args.more_steps is not None:
-        flags["training.max_steps"] = _steps_done(resolved, resume, args.more_steps)
-        resolved = validate(
-            config_path, platform=platform, profile=profile, overrides=args.overrides,
-            flags=flags, flag_sources=args.sources, recorded=recorded, world_size=world_size,
-            **check,
-        )  # fmt: skip
-    return resolved, resume
-
-
-def _steps_done(resolved, resume: str | None, more: int) -> int:
-    """The max_steps `--max_steps +N` means: N past the checkpoint this run resumes (a
-    folder, or the run's newest with auto), N for a fresh start. Says it in one line."""
-    from trainforge.engine import checkpoint as ckpt
-    from trainforge.run.resume import run_folder_for
-
-    if resume is None:
-        return more
-    if resume == "auto":
-        found = ckpt.latest(run_folder_for(resolved).checkpoints)
-        done, name = (found.global_step, found.path.name) if found else (0, "no checkpoint")
-    else:
-        done, name = int(ckpt.read_meta(Path(resume)).get("global_step", 0)), Path(resume).name
-    if os.environ.get("RANK", "0") == "0":
-        end = done + more
-        print(f"--max_steps +{more}: {name} is at step {done}, so training ends at step {end}")
-    return done + more
-
-
-def _config_run_folder(args, platform):
-    """The run folder the named config (with its flags) writes to; None without a config."""
-    from trainforge.config import load
-    from trainforge.hardware import pick_profile
-    from trainforge.runfolder import for_config
-
-    if args.config is None:
-        return None
-    resolved = load(
-        args.config,
-        profile=args.profile,
-        overrides=args.overrides,
-        flags=args.flags,
-        flag_sources=args.sources,
-        pick_auto_profile=lambda: pick_profile(platform),
-    )
-    out = resolved.config.output
-    return for_config(out.dir, out.run_name, resolved.path)
-
-
-def _in_config_run(args, resume: str, platform):
-    """The ViT training guide's `CONFIG --resume_from checkpoints/NAME.pth`: a relative
-    path is also looked for in the config's run folder."""
-    from trainforge.runfolder import find_run
-
-    if Path(resume).is_absolute() or Path(resume).exists():
-        return None
-    folder = _config_run_folder(args, platform)
-    return find_run(str(folder.path / resume)) if folder else None
-
-
-def _resume_not_found(args, resume: str, platform) -> None:
-    """One line naming the flag as typed, the path, and where a checkpoint could be."""
-    what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
-    folder = None if Path(resume).is_absolute() else _config_run_folder(args, platform)
-    if folder is None:
-        raise UserError(
-            f"{args.resume_flag} {resume}: {what}",
-            "pass a run folder such as runs/NAME (see `ls runs`), or auto",
-        )
-    raise UserError(
-        f"{args.resume_flag} {resume}: {what} (nor in {folder.path}, this config's run folder)",
-        f"pick one of `ls {folder.checkpoints}`, or resume the newest with "
-        f"{args.resume_flag} {folder.path}",
-    )
-
-
-def _enter_start_dir(record: dict, folder, checkpoint: Path | None):
-    """Work where the run started, so the relative paths in its config (data, models) mean
-    what they meant then; (the run folder, what to resume) as absolute paths."""
-    from trainforge.runfolder import RunFolder
-
-    started = Path(str(record.get("cwd") or "."))
-    resume = str(checkpoint.resolve()) if checkpoint else "auto"
-    if not started.is_dir() or started.resolve() == Path.cwd().resolve():
-        return folder, resume
-    folder = RunFolder(folder.path.resolve())
-    os.chdir(started)
-    if os.environ.get("RANK", "0") == "0":
-        print(f"working in {started}, where the run started (its relative paths mean that)")
-    return folder, resume
-
-
-def _print_changes(folder, args) -> None:
-    given = [f"{k} = {v!r}" for k, v in args.flags.items()] + list(args.overrides)
-    if given and os.environ.get("RANK", "0") == "0":
-        print(f"resuming {folder.path} with changed values: " + "; ".join(given))
+    return resolve_run(args, platform, world_size, **check)
 
 
 def _count(number: int, noun: str) -> str:
@@ -294,7 +157,7 @@ def validate_cmd(ctx: typer.Context) -> None:
     for path in files:
         args.config = path
         try:
-            _resolve_run(args, platform, args.world_size or 1, for_profile=True)
+            _resolve(args, platform, args.world_size or 1, for_profile=True)
             print(f"OK {path}")
         except ConfigError as err:
             failed = True
@@ -327,7 +190,7 @@ def config_show(ctx: typer.Context) -> None:
         return
     _one_config(args, "config show")
     try:
-        resolved, _ = _resolve_run(args, detect(), args.world_size or 1, for_profile=True)
+        resolved, _ = _resolve(args, detect(), args.world_size or 1, for_profile=True)
     except ConfigError as err:
         for line in err.lines:
             print(line, file=sys.stderr)

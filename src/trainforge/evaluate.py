@@ -16,7 +16,6 @@ predictions, not a checkpoint on its task's data; the task's sums already are th
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,13 +64,14 @@ def evaluate(request: Request) -> dict[str, Any]:
     """Score the weights on the splits and files asked for; prints one line per pass and
     returns {"weights", "step", "results": {name: {"examples", metrics…}}}."""
     from trainforge.export.source import load_weights, resolve_source
+    from trainforge.run.resume import enter_start_dir
 
     if request.file is not None and not request.file.is_file():
         raise UserError(f"--file {request.file}: not found", "pass a TSV, CSV or JSONL file")
     source = resolve_source(weights_of(request))
     step = _step_of(source.weights)
     file = request.file.resolve() if request.file is not None else None
-    _enter_start_dir(source.run_dir)
+    enter_start_dir(RunFolder(source.run_dir))
     config = _evaluation_config(source.config, request, file)
     import torch
 
@@ -95,16 +95,8 @@ def evaluate(request: Request) -> dict[str, Any]:
 
 def _step_of(weights: Path) -> int | None:
     folder = weights.parent
-    meta = folder / "meta.json"
+    meta = folder / ckpt.META
     return int(ckpt.read_meta(folder).get("global_step", 0)) if meta.is_file() else None
-
-
-def _enter_start_dir(run_dir: Path) -> None:
-    run = RunFolder(run_dir)
-    started = Path(str(run.read_run().get("cwd") or ".")) if run.is_run() else None
-    if started is not None and started.is_dir() and started.resolve() != Path.cwd().resolve():
-        os.chdir(started)
-        print(f"working in {started}, where the run started (its relative paths mean that)")
 
 
 def _evaluation_config(config: Any, request: Request, file: Path | None) -> Any:

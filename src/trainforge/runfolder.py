@@ -7,22 +7,25 @@ per epoch, world size and the profile used), `config.resolved.yaml`, `checkpoint
 its plots in `report/`), `eval/confusion.json` and the exports (`export/`). Because the
 recipe is recorded, `trainforge train --resume runs/NAME` continues exactly that run with
 nothing else on the command line. Every other module reads and writes the folder
-through this one; none builds its paths from string literals.
+through this one (checkpoint folders through `trainforge.engine.checkpoint`); none spells
+a file name of the folder (`tests/test_architecture.py` fails on one).
 
-A lock (an `fcntl.flock` on the folder, held for the life of the training process) keeps
-two trainings out of one folder; taking it writes nothing, so a refused start leaves the
-folder untouched. The kernel drops the lock when its process dies, kill -9 included, so a
-stale lock is simply taken over; `.lock` names the holder's PID once the run writes.
-The filelock package was considered: it adds nothing over flock here and its soft-lock
-fallback cannot tell a live holder from a stale one. No torch import here.
+A lock (an `fcntl.flock` on the folder, held for the life of the training process through
+`RunFolder.hold()`) keeps two trainings out of one folder; taking it writes nothing, so a
+refused start leaves the folder untouched. The kernel drops the lock when its process
+dies, kill -9 included, so a stale lock is simply taken over; `.lock` names the holder's
+PID once the run writes. The filelock package was considered: it adds nothing over flock
+here and its soft-lock fallback cannot tell a live holder from a stale one. No torch
+import here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +35,13 @@ from trainforge.errors import UserError
 
 RUN_JSON = "run.json"
 RUN_JSON_FORMAT = 1
+SUMMARY = "summary.json"  # a run's summary, and an export artifact's beside its files
+REPORT = "report.html"  # a run's report, and a sweep's beside its trials
+
+
+def summary_file(folder: Path) -> Path:
+    """The summary.json of a run folder or of an export artifact's folder."""
+    return Path(folder) / SUMMARY
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,7 @@ class RunFolder:
 
     @property
     def summary(self) -> Path:
-        return self.path / "summary.json"
+        return summary_file(self.path)
 
     @property
     def model(self) -> Path:
@@ -78,7 +88,7 @@ class RunFolder:
 
     @property
     def report(self) -> Path:
-        return self.path / "report.html"
+        return self.path / REPORT
 
     @property
     def report_images(self) -> Path:
@@ -192,6 +202,16 @@ class RunFolder:
         return dropped
 
     # ------------------------------------------------------------------ lock
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[Hold]:
+        """This process's hold on the folder for the life of a run: the lock is taken when
+        the run first needs it (`Hold.take`) and let go when the `with` block ends."""
+        held = Hold(self)
+        try:
+            yield held
+        finally:
+            held.release()
+
     def lock(self) -> int:
         """Hold the folder for this process (an flock on the folder itself, so nothing is
         written yet); one line naming the holder when another process has it."""
@@ -234,6 +254,28 @@ class RunFolder:
         finally:
             os.close(fd)
         return None
+
+
+class Hold:
+    """The lock of one run folder as the run takes it: `take` locks once (a second call
+    keeps the lock it has), `release` lets it go; see `RunFolder.hold`."""
+
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self._fd: int | None = None
+
+    @property
+    def taken(self) -> bool:
+        return self._fd is not None
+
+    def take(self) -> None:
+        if self._fd is None:
+            self._fd = self.folder.lock()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def for_config(output_dir: str, run_name: str | None, config_path: Path | None) -> RunFolder:

@@ -21,7 +21,7 @@ from trainforge.config import ResolvedConfig
 from trainforge.errors import UserError
 from trainforge.run.outputs import RunSummary
 from trainforge.run.resume import run_folder_for
-from trainforge.runfolder import resume_command
+from trainforge.runfolder import Hold, resume_command
 
 __all__ = ["RunSummary", "train"]
 
@@ -66,18 +66,15 @@ def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: st
     """One run while holding its folder (rank 0); the hold ends with the run."""
     from trainforge.hardware import oom
 
-    held: list[int] = []
-    try:
-        return _run(resolved, platform, device, resume_from, held)
-    finally:
-        oom.end_all()  # the run ended by itself: no record of a killed start stays
-        for fd in held:
-            os.close(fd)
+    with run_folder_for(resolved).hold() as hold:
+        try:
+            return _run(resolved, platform, device, resume_from, hold)
+        finally:
+            oom.end_all()  # the run ended by itself: no record of a killed start stays
 
 
-def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -> RunSummary:
+def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> RunSummary:
 
-    from trainforge.engine.batch_fit import resolve_auto_batch
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware.threads import apply_threads, thread_count
@@ -87,9 +84,9 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     from trainforge.run.recipe import config_hash, config_yaml
     from trainforge.tasks import build_task
 
-    folder = run_folder_for(resolved)
+    folder = hold.folder
     main = parallel.context().is_main
-    start_from = resume.claim(folder, resume_from, resolved.config.output.overwrite, held)
+    start_from = resume.claim(hold, resume_from, resolved.config.output.overwrite)
     if idle := outputs.nothing_to_train(folder, start_from, resolved.config):
         return idle
     recorded = folder.read_run().get("threads") if start_from and folder.is_run() else None
@@ -98,9 +95,7 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
     build = init_from.frozen_builder(build_task)  # model.freeze holds for the probe too
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
-    resolved, fit_line = resolve_auto_batch(
-        resolved, platform, device, build_task=build, start_from=start_from
-    )
+    resolved, fit_line = fit_batch(resolved, platform, device, build, start_from)
     config = resolved.config
     seed_everything(config.training.seed)
     # May raise UserError (missing data): nothing written yet. The run's own output model
@@ -108,7 +103,7 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     task = build(outputs.own_output_model(config, folder), device)
     init_lines = init_from.prepare(task.model, config, source)  # before the optimizer exists
     text = config_yaml(config)
-    resume_step = resume.prepare_folder(folder, resolved, start_from, resume_from, held, text)
+    resume_step = resume.prepare_folder(hold, resolved, start_from, resume_from, text)
     parallel.barrier()
 
     callbacks = build_callbacks(
@@ -134,3 +129,22 @@ def _run(resolved, platform, device, resume_from: str | None, held: list[int]) -
     resume.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
     result = outputs.fit_or_abort(trainer, folder)
     return outputs.finish(trainer, result, folder, resolved, platform, callbacks)
+
+
+def fit_batch(resolved, platform, device, build, start_from) -> tuple[ResolvedConfig, str]:
+    """`per_device_train_batch_size: auto`: the numbers its checkpoint was trained with
+    (a resumed run) or those the memory probe fits, applied to the run's config by the
+    plan; a config without `auto` comes back unchanged with an empty line."""
+    from trainforge.config.plan import apply_batch_plan
+    from trainforge.engine.batch_fit import kept_batch
+    from trainforge.engine.batch_probe import fit_auto_batch
+    from trainforge.run.resume import checkpoint_batch
+
+    if resolved.config.training.per_device_train_batch_size != "auto":
+        return resolved, ""
+    saved = checkpoint_batch(start_from) if start_from is not None else None
+    if saved is not None:
+        plan, line = kept_batch(*saved)
+    else:
+        plan, line = fit_auto_batch(resolved, platform, device, build_task=build)
+    return apply_batch_plan(resolved, plan), line

@@ -23,15 +23,22 @@ from fakes.weights import relative_difference
 from trainforge.config import validate
 from trainforge.config.plan import AUTO_GLOBAL_BATCH
 from trainforge.engine import batch_probe
+from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.batch_fit import (
     FitSearch,
     OutOfMemory,
     plan_accumulation,
-    resolve_auto_batch,
     search_micro_batch,
 )
 from trainforge.errors import UserError
 from trainforge.hardware import detect, load_fixture
+from trainforge.train import fit_batch
+
+
+def resolve_auto_batch(resolved, platform, device, start_from=None):
+    """The train entry's batch step: checkpoint numbers or the probe's, applied by the plan."""
+    return fit_batch(resolved, platform, device, None, start_from)
+
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "hardware" / "fixtures"
@@ -348,12 +355,24 @@ def test_a_resumed_run_keeps_its_checkpoints_numbers(tmp_path, monkeypatch):
         "training": {"per_device_train_batch_size": 12, "gradient_accumulation_steps": 2},
         "optimizer": {"reference_batch_size": 24},
     }
-    (checkpoint / "config.yaml").write_text(yaml.safe_dump(saved))
+    ckpt.config_file(checkpoint).write_text(yaml.safe_dump(saved))
     text = "training: {per_device_train_batch_size: auto}\n"
     resolved, line = resolve_auto_batch(resolve(tmp_path, text), None, None, start_from=checkpoint)
     t = resolved.config.training
     assert (t.per_device_train_batch_size, t.gradient_accumulation_steps) == (12, 2)
     assert "kept from the checkpoint" in line
+
+
+def test_the_batch_fit_returns_numbers_and_leaves_the_config_to_the_plan(tmp_path, monkeypatch):
+    from trainforge.config.plan import BatchPlan, apply_batch_plan
+
+    monkeypatch.setattr(batch_probe, "fit", fake_fit(16))
+    resolved = resolve(tmp_path, "training: {per_device_train_batch_size: auto}\n")
+    plan, line = batch_probe.fit_auto_batch(resolved, None, None, build_task=None)
+    assert plan == BatchPlan(16, 8, 1, AUTO_GLOBAL_BATCH) and line.startswith("batch fit: ")
+    assert resolved.config.training.per_device_train_batch_size == "auto"  # not rewritten
+    applied = apply_batch_plan(resolved, plan).config.training
+    assert (applied.per_device_train_batch_size, applied.gradient_accumulation_steps) == (16, 8)
 
 
 def test_integer_batch_sizes_pass_through_untouched(tmp_path, monkeypatch):

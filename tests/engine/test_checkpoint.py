@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.engine.trainer import Trainer
 from trainforge.errors import UserError
 
@@ -127,7 +128,7 @@ def test_malicious_pickle_is_refused(tmp_path):
         pickle.dump({"x": Canary(str(canary))}, fh)
     # Re-sign the manifest so only the pickle check stands between the file and execution.
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["state.pt"] = ckpt.file_digest(folder / "state.pt")
+    manifest["state.pt"] = cw.file_digest(folder / "state.pt")
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="refused"):
         ckpt.load_checkpoint(folder)
@@ -166,6 +167,33 @@ def test_rotation_keeps_the_limit_and_never_deletes_best_or_newest(tmp_path):
     assert [p.name for p in root.iterdir()] == ["checkpoint_epoch_1"]
 
 
+def test_every_checkpoint_name_comes_from_the_table_and_only_periodic_ones_rotate():
+    names = {
+        ckpt.step_name(40): True,
+        ckpt.epoch_name(3): True,
+        ckpt.best_name(): False,
+        ckpt.time_limit_name(): False,
+        ckpt.interrupted_name(): False,
+    }
+    assert list(names)[:2] == ["checkpoint-40", "checkpoint_epoch_3"]
+    assert {name: ckpt.is_periodic(name) for name in names} == names
+    assert not ckpt.is_periodic("checkpoint-") and not ckpt.is_periodic("checkpoint-4x")
+    # The doctor's worst case: the periodic ones kept, best, a stop checkpoint, one in flight.
+    assert ckpt.most_kept(3, 50, save_best=True) == 3 + 1 + 2
+    assert ckpt.most_kept(None, 0, save_best=False) == 1 + 0 + 2
+
+
+def test_the_names_table_imports_no_torch():
+    """The web app and the report name checkpoints through this module without torch."""
+    code = (
+        "import sys\nfrom trainforge.engine import checkpoint as c\n"
+        "assert c.interrupted_name() == 'checkpoint_interrupted'\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 # ------------------------------------------------------------- full and read-only disks
 def test_write_failure_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     folder = save(tmp_path / "checkpoints" / "checkpoint-1", value=1.0)
@@ -173,7 +201,7 @@ def test_write_failure_is_one_line_and_keeps_previous(tmp_path, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(UserError, match="No space left on device") as info:
         save(folder, value=2.0)
     assert "\n" not in str(info.value)
@@ -195,7 +223,7 @@ def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "write_safetensors", full)
+    monkeypatch.setattr(cw, "write_safetensors", full)
     trainer.save_checkpoint("best_model")  # returns at once; the write fails behind
     with pytest.raises(UserError, match="No space left on device") as info:
         trainer.writer.wait()
@@ -272,7 +300,7 @@ def test_manifest_hashes_match_the_bytes_on_disk(tmp_path):
     assert sorted(manifest) == ["config.yaml", "meta.json", "model.safetensors", "state.pt"]
     for name, digest in manifest.items():
         assert digest.startswith("xxh3_128:"), name
-        assert ckpt.file_digest(folder / name) == digest, name
+        assert cw.file_digest(folder / name) == digest, name
 
 
 def test_a_manifest_of_sha256_sums_from_earlier_versions_still_verifies(tmp_path):
@@ -296,9 +324,9 @@ def test_rotation_rehashes_only_what_changed_since_this_process_wrote_it(tmp_pat
     for step in (1, 2):
         save(root / f"checkpoint-{step}", step=step)
     hashed = []
-    real = ckpt.file_digest
+    real = cw.file_digest
     monkeypatch.setattr(
-        ckpt, "file_digest", lambda path, like=None: hashed.append(path.name) or real(path, like)
+        cw, "file_digest", lambda path, like=None: hashed.append(path.name) or real(path, like)
     )
     ckpt.rotate(root, keep=5)
     assert hashed == []  # both were written here and have not changed
@@ -322,7 +350,7 @@ def test_full_disk_at_the_final_weights_keeps_the_previous_file(tmp_path, monkey
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "write_safetensors", full)
+    monkeypatch.setattr(cw, "write_safetensors", full)
     with pytest.raises(UserError, match=r"cannot write weights .*model\.safetensors: No space"):
         ckpt.save_weights(path, {"w": torch.zeros(2)})
     assert path.read_bytes() == before

@@ -13,6 +13,7 @@ import yaml
 from fakes.cli_args import DIGITS_TINY as TINY
 from fakes.in_process import run_in_process
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.errors import UserError
 
 
@@ -32,7 +33,7 @@ def restamp(folder: Path, **changes) -> None:
     meta.update(changes)
     (folder / "meta.json").write_text(json.dumps(meta))
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["meta.json"] = ckpt.file_digest(folder / "meta.json")
+    manifest["meta.json"] = cw.file_digest(folder / "meta.json")
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 

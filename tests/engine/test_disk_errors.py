@@ -18,6 +18,7 @@ import torch
 from fakes.cli_args import DIGITS_TINY as TINY
 from fakes.in_process import run_in_process
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.engine.trainer import Trainer
 from trainforge.storage import StorageError
 
@@ -52,8 +53,8 @@ def test_refused_checkpoint_stops_in_one_line_and_the_run_resumes(
     tmp_path, monkeypatch, capsys, code
 ):
     root = tmp_path / "vit_digits" / "checkpoints"
-    real = ckpt.write_safetensors
-    monkeypatch.setattr(ckpt, "write_safetensors", refuse(code, "checkpoint-4", real))
+    real = cw.write_safetensors
+    monkeypatch.setattr(cw, "write_safetensors", refuse(code, "checkpoint-4", real))
     status, _out, err = train(monkeypatch, capsys, tmp_path, 4)
     assert status == 2
     line = one_line(err)
@@ -63,7 +64,7 @@ def test_refused_checkpoint_stops_in_one_line_and_the_run_resumes(
     assert ckpt.verify(root / "checkpoint-2") is None
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-2", "checkpoint_meta.json"]
 
-    monkeypatch.setattr(ckpt, "write_safetensors", real)  # room again
+    monkeypatch.setattr(cw, "write_safetensors", real)  # room again
     status, out, err = train(monkeypatch, capsys, tmp_path, 4, "--resume", "auto")
     assert status == 0, err
     assert f"resumed from {root / 'checkpoint-2'}" in out
@@ -123,8 +124,8 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
     trainer.fit()
     root = tmp_path / "checkpoints"
     trainer.save_checkpoint("checkpoint-1", wait=True)
-    real = ckpt.write_safetensors
-    monkeypatch.setattr(ckpt, "write_safetensors", refuse(errno.ENOSPC, "checkpoint-2", real))
+    real = cw.write_safetensors
+    monkeypatch.setattr(cw, "write_safetensors", refuse(errno.ENOSPC, "checkpoint-2", real))
     capsys.readouterr()
     trainer.save_checkpoint("checkpoint-2")
     trainer.writer.wait()  # nothing raised: the run goes on
@@ -134,7 +135,7 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
     trainer.save_checkpoint("checkpoint-2b")  # refused again: said once, not twice
     trainer.writer.wait()
     assert capsys.readouterr().out == "" and len(trainer.writer.skipped) == 2
-    monkeypatch.setattr(ckpt, "write_safetensors", real)
+    monkeypatch.setattr(cw, "write_safetensors", real)
     trainer.save_checkpoint("checkpoint-3", wait=True)
     assert [c.path.name for c in ckpt.list_checkpoints(root)] == ["checkpoint-1", "checkpoint-3"]
 

@@ -214,6 +214,24 @@ def test_a_folder_in_use_by_another_training_is_refused_naming_the_holder(tmp_pa
     os.close(folder.lock())
 
 
+def test_a_hold_takes_the_lock_once_and_lets_it_go_when_the_block_ends(tmp_path):
+    import pytest
+
+    from trainforge.errors import UserError
+
+    folder = RunFolder(tmp_path / "held")
+    with pytest.raises(RuntimeError, match="the run failed"), folder.hold() as hold:
+        assert not hold.taken and folder.holder() is None  # taken when the run needs it
+        hold.take()
+        hold.take()  # a second take keeps the one lock
+        folder.mark_holder()
+        with pytest.raises(UserError, match="in use by process"):
+            RunFolder(tmp_path / "held").lock()
+        raise RuntimeError("the run failed")
+    assert not hold.taken and folder.holder() is None  # let go, even after an error
+    os.close(folder.lock())
+
+
 def test_two_resumes_of_one_folder_the_second_refused_and_a_kill_9_lock_taken_over(tmp_path):
     """Two `trainforge train --resume runs/X` together: the second gets one line naming the
     first's process, exit 2. After kill -9 of the first (its `.lock` file left behind), the

@@ -89,6 +89,26 @@ def test_a_warmup_in_epochs_longer_than_a_step_budget_is_shortened_with_a_notice
     assert same is cfg and none == ""
 
 
+def test_the_plan_and_the_schedule_fit_a_warmup_by_the_same_rule():
+    """One rule (`config.plan.fitted_warmup`): what the plan says for a 300-step warmup in a
+    run cut to 200 steps on the command line is what the schedule says once steps count."""
+    from trainforge.config.plan import fitted_warmup
+    from trainforge.config.schema import ScheduleConfig
+    from trainforge.engine.schedule import fit_warmup
+
+    assert fitted_warmup(300, 200, "step") == (
+        20,
+        "schedule: warmup of 300 steps does not fit the 200-step run; shortened to 20 "
+        "(a tenth of the run)",
+    )
+    fitted, note = fit_warmup(ScheduleConfig(warmup_steps=300), 50, total_steps=200)
+    assert (fitted.warmup_steps, note) == fitted_warmup(300, 200, "step")
+    assert fitted_warmup(2.0, 1.5, "epoch")[1].endswith(
+        "the 1.5-epoch run; shortened to 0.15 (a tenth of the run)"
+    )
+    assert fitted_warmup(0, 10, "step") is None and fitted_warmup(9, 10, "step") is None
+
+
 # ------------------------------------------------------------------ the SCHEDULES registry
 NAMES = SCHEDULES.names()
 

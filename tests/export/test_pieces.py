@@ -11,7 +11,7 @@ import pytest
 
 from trainforge.errors import UserError
 from trainforge.export import ExportOptions, export, find_artifacts
-from trainforge.export import pipeline as pipeline_module
+from trainforge.export import job as job_module
 from trainforge.export.bench import BenchRow, render
 from trainforge.export.measure import Latency, measure_latency
 from trainforge.export.options import check_formats, check_options
@@ -91,7 +91,7 @@ class WeightsOnlyKind(ImageClassificationExport):
 
 
 def test_a_task_kind_plugs_in_formats_and_writers(digits_run, monkeypatch):
-    monkeypatch.setattr(pipeline_module, "kind_class", lambda kind, source: WeightsOnlyKind)
+    monkeypatch.setattr(job_module, "kind_class", lambda kind, source: WeightsOnlyKind)
     with pytest.raises(UserError, match="format onnx is not available for task"):
         export(digits_run, ["onnx"])
     assert export(digits_run, ["safetensors"]) == []

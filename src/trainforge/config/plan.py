@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trainforge.config.lr_scaling import plan_rate
+from trainforge.config.lr_scaling import plan_rate, rescale
 from trainforge.config.schema import RunConfig, TrainingConfig
 
 if TYPE_CHECKING:
@@ -239,6 +239,37 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
 
 
+def apply_batch_plan(resolved: ResolvedConfig, plan: BatchPlan) -> ResolvedConfig:
+    """The run with the batch numbers `plan` fitted (`per_device_train_batch_size: auto`):
+    micro-batch, accumulation and global batch set and sourced as `batch fit (...)`, the
+    learning rate rescaled where no split reaches the effective batch exactly."""
+    config = resolved.config
+    training = config.training.model_copy(
+        update={
+            "per_device_train_batch_size": plan.micro_batch,
+            "gradient_accumulation_steps": plan.accumulation,
+            "global_batch_size": plan.global_batch,
+        }
+    )
+    sources = dict(resolved.sources)
+    for key in (
+        "training.per_device_train_batch_size",
+        "training.gradient_accumulation_steps",
+        "training.global_batch_size",
+    ):
+        sources[key] = f"batch fit ({sources.get(key, 'default')})"
+    optimizer, line = config.optimizer, ""
+    if reference_batch(resolved)[0] is not None:  # never scaled against a schema default
+        optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
+    notes = [*resolved.notes, line] if line else list(resolved.notes)
+    return replace(
+        resolved,
+        config=config.model_copy(update={"training": training, "optimizer": optimizer}),
+        sources=sources,
+        notes=tuple(notes),
+    )
+
+
 def _mark(sources: dict[str, str], new: dict[str, Any], old: Any, label: str) -> None:
     for key, value in new.items():
         if getattr(old, key) != value:
@@ -270,30 +301,43 @@ def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, An
     return out, note, rule
 
 
+def fitted_warmup(
+    warmup: float, length: float, unit: str, given: str = ""
+) -> tuple[float, str] | None:
+    """The one warmup rule, for the plan (steps or epochs, before the data is known) and the
+    engine (steps, once they are counted): a warmup as long as the run or longer is
+    shortened to a tenth of the run. (the shortened warmup, the line that says so), or None
+    when it fits. `unit` is "step" (whole steps) or "epoch"; `given` prefixes the warmup as
+    it was asked for (e.g. `2 epochs = `)."""
+    if warmup == 0 or warmup < length:
+        return None
+    short = int(length) // 10 if unit == "step" else length / 10
+    return short, (
+        f"schedule: warmup of {given}{_num(warmup)} {unit}s does not fit the "
+        f"{_num(length)}-{unit} run; shortened to {_num(short)} (a tenth of the run)"
+    )
+
+
+def _num(value: float) -> str:
+    """A whole count as written (`1000000`), a fraction as short as it reads (`0.5`)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _fit_warmup(config: RunConfig, sources: dict[str, str]) -> tuple[Any, str]:
-    """A run shortened on the command line keeps a warmup that fits: a tenth of the run.
-    A warmup longer than what the file itself asks for stays an error (config checks)."""
+    """A run shortened on the command line keeps a warmup that fits (`fitted_warmup`). A
+    warmup longer than what the file itself asks for stays an error (config checks)."""
     s, t = config.schedule, config.training
     from_flag = {k for k, v in sources.items() if v.startswith("flag")}
-    steps_over = s.warmup_steps is not None and 0 < t.max_steps <= s.warmup_steps
-    epochs_over = (
-        s.warmup_steps is None and t.max_steps < 0 and s.warmup_epochs >= t.num_train_epochs
-    )
-    if steps_over and "training.max_steps" in from_flag:
-        steps = t.max_steps // 10
-        _mark_plan(sources, "schedule.warmup_steps", "shortened to a tenth of the run")
-        return s.model_copy(update={"warmup_steps": steps}), (
-            f"schedule: warmup of {s.warmup_steps} steps does not fit the {t.max_steps}-step "
-            f"run; shortened to {steps} (a tenth of the run)"
-        )
-    if epochs_over and "training.num_train_epochs" in from_flag:
-        epochs = t.num_train_epochs / 10
-        _mark_plan(sources, "schedule.warmup_epochs", "shortened to a tenth of the run")
-        return s.model_copy(update={"warmup_epochs": epochs}), (
-            f"schedule: warmup of {s.warmup_epochs:g} epochs does not fit the "
-            f"{t.num_train_epochs:g}-epoch run; shortened to {epochs:g} (a tenth of the run)"
-        )
-    return s, ""
+    if s.warmup_steps is not None and t.max_steps > 0 and "training.max_steps" in from_flag:
+        key, fitted = "warmup_steps", fitted_warmup(s.warmup_steps, t.max_steps, "step")
+    elif s.warmup_steps is None and t.max_steps < 0 and "training.num_train_epochs" in from_flag:
+        key, fitted = "warmup_epochs", fitted_warmup(s.warmup_epochs, t.num_train_epochs, "epoch")
+    else:
+        return s, ""
+    if fitted is None:
+        return s, ""
+    _mark_plan(sources, f"schedule.{key}", "shortened to a tenth of the run")
+    return s.model_copy(update={key: fitted[0]}), fitted[1]
 
 
 def _mark_plan(sources: dict[str, str], path: str, why: str) -> None:

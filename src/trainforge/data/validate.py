@@ -12,10 +12,10 @@ refuses (the file, and the line or record where there is one):
   refused naming the first and the count, or left out with `data.skip_bad_images=true`, which
   reports the count. Images of any mode (grayscale, palette, RGBA, CMYK) are converted to RGB
   and every size is resized to the square `data.image_size`: both are stated, not refused.
-- text files (`validate_text_file`, `validate_text_data`): the path must be a file (not a
-  folder), non-empty, UTF-8 (the line of the first bad byte is named) and one of the text
-  formats; records are then parsed by `trainforge.data.text.records`, which names the line or
-  record of a malformed line, a missing field or a wrong column count.
+- text files (`validate_text_data`): every split read by `trainforge.data.text.records`,
+  which checks the file (a file, not a folder, non-empty, UTF-8 with the line of the first
+  bad byte named, one of the text formats) and names the line or record of a malformed
+  line, a missing field or a wrong column count.
 - CIFAR-10: a partial or corrupt archive or batch file is refused by `trainforge.data.cifar`
   while it loads, which also happens before the run folder exists.
 
@@ -37,7 +37,6 @@ from trainforge.errors import UserError
 # Images decoded to check a folder; a larger folder is checked on a seeded sample this big.
 SAMPLE_LIMIT = 2000
 SKIP_FIX = "delete or replace them, or set data.skip_bad_images=true to train without them"
-TEXT_SUFFIXES = (".json", ".jsonl", ".tsv", ".csv")
 
 
 @dataclass
@@ -214,38 +213,6 @@ def validate_image_folder(
 
 
 # ------------------------------------------------------------------------------- text
-def validate_text_file(path: str | Path, field_name: str = "data.train_file") -> str:
-    """The text of a records file, after the file-level checks; raises one line otherwise."""
-    file = Path(path).expanduser()
-    if file.is_dir():
-        raise UserError(
-            f"{field_name} = {str(path)!r} is a folder, not a file",
-            "point it at a .json, .jsonl, .tsv or .csv file",
-        )
-    if not file.is_file():
-        raise UserError(f"{field_name} = {str(path)!r}: file not found", f"check {field_name}")
-    if file.suffix.lower() not in TEXT_SUFFIXES:
-        raise UserError(
-            f"{file}: unknown text format {file.suffix!r}", "use .json, .jsonl, .tsv or .csv"
-        )
-    try:
-        data = file.read_bytes()
-    except OSError as err:
-        raise UserError(
-            f"{file} cannot be read ({err.strerror})", "check its permissions"
-        ) from None
-    if not data.strip():
-        raise UserError(f"{file} is empty", "add records, or point the field at another file")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise UserError(
-            f"{file}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x})",
-            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
-        ) from None
-
-
 def validate_text_data(cfg: Any) -> dict[str, list]:
     """Every text file of the data section read and checked: {"train", "val"[, "test"]}."""
     from trainforge.data.memory import fixed_split_indices

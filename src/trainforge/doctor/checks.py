@@ -391,14 +391,12 @@ def estimate_parameters(config: RunConfig) -> int | None:
 
 def checkpoints_kept(config: RunConfig) -> int:
     """Checkpoint folders on disk at the worst moment of a run."""
-    ckpt = config.checkpoint
-    periodic = ckpt.save_total_limit
-    if periodic is None:
-        every = ckpt.save_every_epochs or 1
-        periodic = max(1, math.ceil(config.training.num_train_epochs / every))
-    # + best_model, + checkpoint_interrupted / time_limit, + the one being written before
-    # rotation deletes the oldest.
-    return periodic + int(ckpt.save_best) + 2
+    from trainforge.engine import checkpoint as ckpt
+
+    saving = config.checkpoint
+    every = saving.save_every_epochs or 1
+    saves = math.ceil(config.training.num_train_epochs / every)
+    return ckpt.most_kept(saving.save_total_limit, saves, saving.save_best)
 
 
 def check_disk(ctx: Context, estimate: Callable[[RunConfig], int | None]) -> Finding:

@@ -4,8 +4,10 @@ This module owns the search and the plan, and no torch: the largest micro-batch 
 measured peak memory stays under the budget less a safety margin (doubling, then
 bisection, capped by the global batch and the data set), and the gradient accumulation
 that keeps the global batch. The measurements (one real training step per size, on CUDA,
-unified memory or CPU) live in `trainforge.engine.batch_probe`; `resolve_auto_batch`
-turns an `auto` config into plain numbers before the run builds its task and loaders.
+unified memory or CPU) live in `trainforge.engine.batch_probe`, whose `fit_auto_batch`
+returns the numbers for an `auto` config before the run builds its task and loaders;
+`trainforge.config.plan.apply_batch_plan` puts them into the config. This module imports
+no probe.
 
 A probe is any callable `micro_batch -> peak bytes of one full training step` (forward,
 backward, optimizer step) that raises `OutOfMemory` when the step does not fit. Where an
@@ -29,7 +31,7 @@ from typing import Any
 
 from trainforge.config.plan import BatchPlan, plan_accumulation
 
-__all__ = ["BatchPlan", "OutOfMemory", "plan_accumulation", "resolve_auto_batch"]
+__all__ = ["BatchPlan", "OutOfMemory", "kept_batch", "plan_accumulation"]
 
 GIB = 1024**3
 
@@ -220,102 +222,10 @@ def no_fit_error(search: FitSearch, how: str) -> Any:
     )
 
 
-# ------------------------------------------------------------------ the run's config
-def resolve_auto_batch(
-    resolved: Any,
-    platform: Any,
-    device: Any,
-    *,
-    build_task: Callable[[Any, Any], Any] | None = None,
-    start_from: Any = None,
-    log: Callable[[str], None] = print,
-) -> tuple[Any, str]:
-    """(the ResolvedConfig with `auto` replaced by numbers, the line to print at start).
-
-    `build_task(config, device)` builds the throwaway task the memory probe trains (the
-    train entry passes `trainforge.tasks.build_task`); only a config with `auto` needs it.
-
-    A config without `auto` comes back unchanged with an empty line. The effective batch
-    kept is the plan's `training.global_batch_size` (the recipe's; see
-    `trainforge.config.plan`). A resumed run keeps the numbers its checkpoint was trained
-    with instead of probing again. Where no split reaches the effective batch exactly,
-    learning-rate scaling adjusts the rate for the difference and says so.
-    """
+# ------------------------------------------------------------------ the run's numbers
+def kept_batch(micro: int, accumulation: int, target: int) -> tuple[BatchPlan, str]:
+    """The numbers a resumed run keeps from its checkpoint (not probed again), with its line."""
     from trainforge import parallel
 
-    if resolved.config.training.per_device_train_batch_size != "auto":
-        return resolved, ""
-    world = parallel.context().world_size
-    target = resolved.config.training.global_batch_size
-    if target is None:  # a config that was never planned (library use)
-        from trainforge.config.plan import effective_batch
-
-        target = effective_batch(resolved)
-    saved = _checkpoint_batch(start_from) if start_from is not None else None
-    if saved is not None:
-        micro, accumulation, target = saved
-        plan = BatchPlan(micro, accumulation, world, target)
-        line = fit_line(plan, None, "kept from the checkpoint, not probed again")
-        return _with_plan(resolved, plan), line
-    from trainforge.engine import batch_probe
-
-    search, how = batch_probe.fit(
-        resolved.config,
-        platform,
-        device,
-        target=target,
-        world_size=world,
-        build_task=build_task,
-        log=log,
-    )
-    if search.micro_batch < 1:
-        raise no_fit_error(search, how)
-    plan = plan_accumulation(search.micro_batch, target, world)
-    return _with_plan(resolved, plan), fit_line(plan, search, how)
-
-
-def _checkpoint_batch(checkpoint: Any) -> tuple[int, int, int] | None:
-    import yaml
-
-    try:
-        saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8")) or {}
-        t = saved["training"]
-        micro = int(t["per_device_train_batch_size"])
-        accumulation = int(t["gradient_accumulation_steps"])
-        target = int(t.get("global_batch_size") or 0)
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
-        return None
-    return micro, accumulation, target or micro * accumulation
-
-
-def _with_plan(resolved: Any, plan: BatchPlan) -> Any:
-    from dataclasses import replace
-
-    from trainforge.config.lr_scaling import rescale
-    from trainforge.config.plan import reference_batch
-
-    config = resolved.config
-    training = config.training.model_copy(
-        update={
-            "per_device_train_batch_size": plan.micro_batch,
-            "gradient_accumulation_steps": plan.accumulation,
-            "global_batch_size": plan.global_batch,
-        }
-    )
-    sources = dict(resolved.sources)
-    for key in (
-        "training.per_device_train_batch_size",
-        "training.gradient_accumulation_steps",
-        "training.global_batch_size",
-    ):
-        sources[key] = f"batch fit ({sources.get(key, 'default')})"
-    optimizer, line = config.optimizer, ""
-    if reference_batch(resolved)[0] is not None:  # never scaled against a schema default
-        optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
-    notes = [*resolved.notes, line] if line else list(resolved.notes)
-    return replace(
-        resolved,
-        config=config.model_copy(update={"training": training, "optimizer": optimizer}),
-        sources=sources,
-        notes=tuple(notes),
-    )
+    plan = BatchPlan(micro, accumulation, parallel.context().world_size, target)
+    return plan, fit_line(plan, None, "kept from the checkpoint, not probed again")

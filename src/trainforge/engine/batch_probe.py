@@ -34,8 +34,16 @@ from typing import Any
 
 import torch
 
+from trainforge.config.plan import BatchPlan, plan_accumulation
 from trainforge.config.schema import RunConfig
-from trainforge.engine.batch_fit import GIB, FitSearch, OutOfMemory, search_micro_batch
+from trainforge.engine.batch_fit import (
+    GIB,
+    FitSearch,
+    OutOfMemory,
+    fit_line,
+    no_fit_error,
+    search_micro_batch,
+)
 from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.precision import PrecisionPlan
 from trainforge.engine.prepare import prepare_model
@@ -284,3 +292,40 @@ def fit(
 
 def _plus(probe: Callable[[int], int], extra: int) -> Callable[[int], int]:
     return lambda size: probe(size) + extra
+
+
+def fit_auto_batch(
+    resolved: Any,
+    platform: Any,
+    device: Any,
+    *,
+    build_task: Callable[[Any, Any], Any],
+    log: Callable[[str], None] = print,
+) -> tuple[BatchPlan, str]:
+    """(the micro-batch, accumulation and global batch that fit, the line to print at start)
+    for a config with `training.per_device_train_batch_size: auto`; the config itself is
+    not touched (`trainforge.config.plan.apply_batch_plan` applies the numbers).
+
+    `build_task(config, device)` builds the throwaway task the memory probe trains (the
+    train entry passes `trainforge.tasks.build_task`). The effective batch kept is the
+    plan's `training.global_batch_size` (the recipe's; see `trainforge.config.plan`)."""
+    from trainforge import parallel
+    from trainforge.config.plan import effective_batch
+
+    world = parallel.context().world_size
+    target = resolved.config.training.global_batch_size
+    if target is None:  # a config that was never planned (library use)
+        target = effective_batch(resolved)
+    search, how = fit(
+        resolved.config,
+        platform,
+        device,
+        target=target,
+        world_size=world,
+        build_task=build_task,
+        log=log,
+    )
+    if search.micro_batch < 1:
+        raise no_fit_error(search, how)
+    plan = plan_accumulation(search.micro_batch, target, world)
+    return plan, fit_line(plan, search, how)

@@ -10,6 +10,7 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
+from trainforge.engine import checkpoint as ckpt
 from trainforge.engine import stop
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class CheckpointCadence(Callback):
 
     def on_step_end(self, trainer: Trainer) -> None:
         if trainer.step_due(self.save_steps):
-            trainer.save_checkpoint(f"checkpoint-{trainer.state.global_step}")
+            trainer.save_checkpoint(ckpt.step_name(trainer.state.global_step))
 
     def on_epoch_end(self, trainer: Trainer) -> None:
         epoch = trainer.state.epoch
@@ -106,11 +107,11 @@ class CheckpointCadence(Callback):
             return
         if self.save_steps and trainer.steps_per_epoch * self.every_epochs < self.save_steps:
             return  # epochs shorter than save_steps: checkpoints go by step (as validation)
-        trainer.save_checkpoint(f"checkpoint_epoch_{epoch}")
+        trainer.save_checkpoint(ckpt.epoch_name(epoch))
 
     def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
         if self.save_best and trainer.state.improved:
-            trainer.save_checkpoint("best_model")
+            trainer.save_checkpoint(ckpt.best_name())
 
     def on_fit_end(self, trainer: Trainer) -> None:
         # Every run that ends leaves a checkpoint of its last step, so extending max_steps
@@ -120,7 +121,7 @@ class CheckpointCadence(Callback):
             return
         last = trainer.last_checkpoint_step
         if last != trainer.state.global_step:
-            trainer.save_checkpoint(f"checkpoint-{trainer.state.global_step}", wait=True)
+            trainer.save_checkpoint(ckpt.step_name(trainer.state.global_step), wait=True)
 
 
 class TimeLimit(Callback):
@@ -135,7 +136,7 @@ class TimeLimit(Callback):
             return
         if parallel.agree_any(trainer.elapsed_s() >= self.limit_s):
             if self.save:
-                trainer.save_checkpoint("checkpoint_time_limit")
+                trainer.save_checkpoint(ckpt.time_limit_name())
             trainer.stop(f"time limit of {self.limit_s / 3600:g} h reached")
 
     def on_step_end(self, trainer: Trainer) -> None:
@@ -186,7 +187,7 @@ class GracefulStop(Callback):
                     return
 
     def _stop(self, trainer: Trainer) -> None:
-        trainer.save_checkpoint("checkpoint_interrupted", wait=True)
+        trainer.save_checkpoint(ckpt.interrupted_name(), wait=True)
         trainer.stop(f"{self.received} received")
         trainer.interrupted = True
         trainer.stop_signal = self.received

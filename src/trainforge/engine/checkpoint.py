@@ -14,6 +14,12 @@ leaves either the old checkpoint or the new one, never half of one. Loading chec
 manifest; a folder without a valid manifest is not a checkpoint. `recover` tidies what a
 crash mid-write leaves behind (temporary folders, a replaced folder not yet deleted).
 
+The folders' names (`checkpoint-N`, `checkpoint_epoch_N`, `best_model`,
+`checkpoint_time_limit`, `checkpoint_interrupted`) and which of them rotation deletes are
+one table, `NAMES`, read through `step_name`, `best_name`, `interrupted_name`, ...,
+`is_periodic` and `most_kept`; torch is imported only by the functions that need it, so the
+web app, the report and the doctor read the table without it.
+
 Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints with the
 training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch, config_hash,
 timestamp), the best value of metric_for_best_model and the newest checkpoint.
@@ -46,21 +52,19 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import load_file
-
-from trainforge.engine.checkpoint_write import (
-    file_digest,
-    tensor_bytes,
-    write_file,
-    write_safetensors,
-)
 from trainforge.errors import UserError
 from trainforge.storage import StorageError, storage_error
 
+if TYPE_CHECKING:
+    import torch
+
 MANIFEST = "manifest.json"
+WEIGHTS = "model.safetensors"
+CONFIG = "config.yaml"
+META = "meta.json"
+STATE = "state.pt"
 RUN_META = "checkpoint_meta.json"
 # The layout above. A newer trainforge that changes it bumps FORMAT; loading a checkpoint of
 # a format this version does not know is refused in one line (see `check_format`).
@@ -68,7 +72,79 @@ RUN_META = "checkpoint_meta.json"
 # the non-finite counts and the best values inside "trainer" (read by `engine.checkpointer`).
 FORMAT = 2
 READS = (1, 2)
-PERIODIC = re.compile(r"^(checkpoint_epoch_(\d+)|checkpoint-(\d+))$")
+
+# ------------------------------------------------------------------ names and retention
+# Every checkpoint folder a run writes under RUN/checkpoints/, in one table: its name (a
+# pattern with `{}` for the step or epoch), what writes it, and whether rotation
+# (`checkpoint.save_total_limit`) may delete it. Callers name folders through the functions
+# below, never by literal.
+NAMES: dict[str, tuple[str, str, bool]] = {
+    #  kind          name                     written                                 rotated
+    "step":        ("checkpoint-{}",          "every save_steps and at the run's end", True),
+    "epoch":       ("checkpoint_epoch_{}",    "every save_every_epochs",               True),
+    "best":        ("best_model",             "when the validation metric improves",   False),
+    "time_limit":  ("checkpoint_time_limit",  "when training.max_hours is reached",    False),
+    "interrupted": ("checkpoint_interrupted", "on Ctrl+C, SIGTERM or SIGUSR1",         False),
+}  # fmt: skip
+PERIODIC = re.compile(
+    "^(" + "|".join(
+        re.escape(name).replace(r"\{\}", r"(\d+)") for name, _, rotated in NAMES.values() if rotated
+    ) + ")$"
+)  # fmt: skip
+
+
+def step_name(step: int) -> str:
+    """The periodic checkpoint of optimizer step `step` (also the run's last step)."""
+    return NAMES["step"][0].format(step)
+
+
+def epoch_name(epoch: int) -> str:
+    """The periodic checkpoint at the end of epoch `epoch`."""
+    return NAMES["epoch"][0].format(epoch)
+
+
+def best_name() -> str:
+    """The checkpoint of the best validation metric so far (never rotated)."""
+    return NAMES["best"][0]
+
+
+def time_limit_name() -> str:
+    """The checkpoint saved when `training.max_hours` stops the run."""
+    return NAMES["time_limit"][0]
+
+
+def interrupted_name() -> str:
+    """The checkpoint saved when a signal stops the run (Ctrl+C, SIGTERM, SIGUSR1)."""
+    return NAMES["interrupted"][0]
+
+
+def is_periodic(name: str) -> bool:
+    """Whether rotation may delete the checkpoint folder `name`."""
+    return PERIODIC.match(name) is not None
+
+
+def most_kept(save_total_limit: int | None, periodic_saves: int, save_best: bool) -> int:
+    """Checkpoint folders on disk at the worst moment of a run: the periodic ones rotation
+    keeps (`save_total_limit`, else every one of `periodic_saves`), the best one, one
+    interrupted or time-limit checkpoint, and the one being written before rotation deletes
+    the oldest."""
+    periodic = save_total_limit if save_total_limit is not None else max(1, periodic_saves)
+    return periodic + int(save_best) + 2
+
+
+def weights_file(folder: Path) -> Path:
+    """The model weights of checkpoint `folder` (absent in a sharded one: see `dcp/`)."""
+    return folder / WEIGHTS
+
+
+def config_file(folder: Path) -> Path:
+    """The resolved run config saved in checkpoint `folder`."""
+    return folder / CONFIG
+
+
+def run_meta_file(root: Path) -> Path:
+    """`checkpoint_meta.json` in a run's checkpoints folder `root`."""
+    return root / RUN_META
 
 
 @dataclass(frozen=True)
@@ -129,6 +205,13 @@ def save_checkpoint(
     torch.distributed.checkpoint); this adds the rest and commits. A write the disk refuses
     raises `StorageError` naming the space needed; the previous checkpoint stays as it was.
     """
+    from trainforge.engine.checkpoint_write import (
+        file_digest,
+        tensor_bytes,
+        write_file,
+        write_safetensors,
+    )
+
     tmp = tmp or folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     meta = {**meta, "format": FORMAT}
     wait_for_copies()  # a snapshot's deferred part has landed before any byte is written
@@ -138,8 +221,8 @@ def save_checkpoint(
         if model_state is not None:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            manifest["model.safetensors"] = write_file(
-                tmp / "model.safetensors", lambda out: write_safetensors(out, model_state), False
+            manifest[WEIGHTS] = write_file(
+                tmp / WEIGHTS, lambda out: write_safetensors(out, model_state), False
             )
         else:  # shards other ranks wrote: hashed by reading them back
             for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -165,13 +248,15 @@ def _write_small_files(
     tmp: Path, state: Mapping[str, Any], meta: Mapping[str, Any], config_yaml: str
 ) -> dict[str, str]:
     """state.pt, config.yaml and meta.json, not yet fsynced: {name: checksum}."""
+    import torch
+
+    from trainforge.engine.checkpoint_write import write_file
+
     return {
-        "state.pt": write_file(tmp / "state.pt", lambda out: torch.save(dict(state), out), False),
-        "config.yaml": write_file(
-            tmp / "config.yaml", lambda out: out.write(config_yaml.encode("utf-8")), False
-        ),
-        "meta.json": write_file(
-            tmp / "meta.json", lambda out: out.write(json.dumps(meta, indent=2).encode()), False
+        STATE: write_file(tmp / STATE, lambda out: torch.save(dict(state), out), False),
+        CONFIG: write_file(tmp / CONFIG, lambda out: out.write(config_yaml.encode("utf-8")), False),
+        META: write_file(
+            tmp / META, lambda out: out.write(json.dumps(meta, indent=2).encode()), False
         ),
     }
 
@@ -195,12 +280,20 @@ def _previous_intact(root: Path, failed: Path) -> str:
     return f"the previous checkpoint {intact[-1].path} is intact (resume with --resume {run})"
 
 
+def _run_checkpoints(run_dir: Path) -> Path:
+    from trainforge.runfolder import RunFolder
+
+    return RunFolder(run_dir).checkpoints
+
+
 def save_weights(
     path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str] | None = None
 ) -> Path:
     """Write one safetensors file atomically (hidden temporary name, fsync, rename) from the
     tensors' own memory (device tensors are copied to CPU, shared ones written in full). A
     write the disk refuses raises `StorageError`; the file there before stays as it was."""
+    from trainforge.engine.checkpoint_write import tensor_bytes, write_file, write_safetensors
+
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +307,7 @@ def save_weights(
             path,
             err,
             tensor_bytes(tensors),
-            _previous_intact(path.parent / "checkpoints", path),
+            _previous_intact(_run_checkpoints(path.parent), path),
         ) from None
     return path
 
@@ -251,6 +344,8 @@ class Snapshot:
     """
 
     def __init__(self, copy: bool = True, optimizer: torch.optim.Optimizer | None = None) -> None:
+        import torch
+
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._pin = torch.cuda.is_available()
         self._copy_cpu = copy
@@ -264,6 +359,8 @@ class Snapshot:
 
     def _stable_storages(self) -> set[int]:
         """Data pointers of what only `optimizer.step` writes: parameters and moments."""
+        import torch
+
         opt = self._optimizer
         if opt is None:
             return set()
@@ -273,6 +370,8 @@ class Snapshot:
         return ptrs
 
     def _tensor(self, key: tuple, value: torch.Tensor) -> torch.Tensor:
+        import torch
+
         value = value.detach()
         if not self._copy_cpu and value.device.type == "cpu":
             return value
@@ -288,6 +387,8 @@ class Snapshot:
         return buffer
 
     def copy(self, obj: Any, key: tuple = ()) -> Any:
+        import torch
+
         self.wait_copied()
         self._stable = self._stable_storages()
         result = self._copy(obj, key)
@@ -303,6 +404,8 @@ class Snapshot:
         return result
 
     def _fill(self, pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        import torch
+
         try:
             for buffer, value in pending:
                 buffer.copy_(value, non_blocking=value.device.type == "cuda")
@@ -323,6 +426,8 @@ class Snapshot:
             raise err
 
     def _copy(self, obj: Any, key: tuple) -> Any:
+        import torch
+
         if isinstance(obj, torch.Tensor):
             return self._tensor(key, obj)
         if isinstance(obj, Mapping):
@@ -340,6 +445,8 @@ def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
 
     A finite sum proves every element finite (a NaN or Inf element makes the sum NaN or Inf);
     only a sum that overflowed is checked element by element. One pass, no mask allocated."""
+    import torch
+
     wait_for_copies()
     for tensor in tensors.values():
         overflowed = tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum()))
@@ -387,7 +494,7 @@ def write_run_meta(root: Path, meta: Mapping[str, Any]) -> None:
 
 
 def read_run_meta(root: Path) -> dict[str, Any]:
-    return json.loads((root / RUN_META).read_text(encoding="utf-8"))
+    return json.loads(run_meta_file(root).read_text(encoding="utf-8"))
 
 
 def recover(root: Path) -> list[str]:
@@ -478,6 +585,8 @@ def verify(folder: Path, *, cached: bool = False) -> str | None:
         names, signature = _VERIFIED[folder]
         if signature is not None and _signature(folder, names) == signature:
             return None
+    from trainforge.engine.checkpoint_write import file_digest
+
     manifest_path = folder / MANIFEST
     if not manifest_path.is_file():
         return "no manifest (incomplete write)"
@@ -496,7 +605,7 @@ def verify(folder: Path, *, cached: bool = False) -> str | None:
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    return json.loads((folder / META).read_text(encoding="utf-8"))
 
 
 def load_checkpoint(
@@ -505,6 +614,9 @@ def load_checkpoint(
     """(model state, trainer state, meta) of a verified checkpoint; never executes file code.
 
     The model state is None for a sharded checkpoint (weights in `dcp/`)."""
+    import torch
+    from safetensors.torch import load_file
+
     if not folder.is_dir():
         raise UserError(f"checkpoint {folder} not found", "pass a folder under RUN/checkpoints/")
     problem = verify(folder)
@@ -512,12 +624,12 @@ def load_checkpoint(
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     check_format(folder, read_meta(folder))
     sharded = (folder / "dcp").is_dir()
-    model_state = None if sharded else load_file(str(folder / "model.safetensors"))
+    model_state = None if sharded else load_file(str(folder / WEIGHTS))
     try:
-        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
+        state = torch.load(folder / STATE, map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refuses anything that is not plain data
         raise UserError(
-            f"checkpoint {folder}/state.pt refused: {str(err).splitlines()[0]}",
+            f"checkpoint {folder}/{STATE} refused: {str(err).splitlines()[0]}",
             "it holds objects other than tensors and plain data; use a trusted checkpoint",
         ) from None
     return model_state, state, read_meta(folder)
@@ -568,7 +680,7 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
     if keep is None:
         return []
     found = list_checkpoints(root, cached=True)  # folders written here are not re-hashed
-    periodic = [c for c in found if PERIODIC.match(c.path.name)]
+    periodic = [c for c in found if is_periodic(c.path.name)]
     newest = found[-1] if found else None
     removed = []
     for ckpt in periodic[: max(0, len(periodic) - keep)]:
@@ -644,7 +756,7 @@ def _model_setting_diff(folder: Path, model_config: Mapping[str, Any] | None) ->
     try:
         import yaml
 
-        saved = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+        saved = yaml.safe_load(config_file(folder).read_text(encoding="utf-8")) or {}
     except (OSError, ValueError, ImportError):
         return None
     saved_model = saved.get("model") if isinstance(saved, dict) else None
@@ -675,7 +787,7 @@ def space_warning(run_dir: Path, bytes_per_checkpoint: int, num_kept: int) -> st
     free = free_bytes(run_dir)
     if free is None:
         return None
-    root = Path(run_dir) / "checkpoints"
+    root = _run_checkpoints(Path(run_dir))
     present = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
     need = max(0, bytes_per_checkpoint * num_kept - present)
     if need <= free:

@@ -86,17 +86,16 @@ def warmup_steps_for(cfg: ScheduleConfig, steps_per_epoch: int) -> int:
 def fit_warmup(cfg: ScheduleConfig, steps_per_epoch: int, total_steps: int) -> tuple[Any, str]:
     """(the schedule, a notice): a warmup that does not fit the run (a run shortened with
     --max_steps while the warmup is counted in epochs, so the config layer could not tell)
-    is shortened to a tenth of the run, as `trainforge.config.plan` does for the cases it
-    can see before the data is known."""
-    warmup = warmup_steps_for(cfg, steps_per_epoch)
-    if warmup < total_steps or warmup == 0:
-        return cfg, ""
-    short = total_steps // 10
+    is shortened by `trainforge.config.plan.fitted_warmup`, the rule the plan applies to
+    the cases it can see before the data is known."""
+    from trainforge.config.plan import fitted_warmup
+
     given = f"{cfg.warmup_epochs:g} epochs = " if cfg.warmup_steps is None else ""
-    return cfg.model_copy(update={"warmup_steps": short}), (
-        f"schedule: warmup of {given}{warmup} steps does not fit the {total_steps}-step run; "
-        f"shortened to {short} (a tenth of the run)"
-    )
+    warmup = warmup_steps_for(cfg, steps_per_epoch)
+    fitted = fitted_warmup(warmup, total_steps, "step", given)
+    if fitted is None:
+        return cfg, ""
+    return cfg.model_copy(update={"warmup_steps": int(fitted[0])}), fitted[1]
 
 
 def build_scheduler(

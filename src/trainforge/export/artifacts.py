@@ -25,10 +25,9 @@ import torch
 import yaml
 
 from trainforge.errors import UserError
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import SUMMARY, RunFolder, summary_file
 from trainforge.storage import ACCESS_ERRNOS, SPACE_ERRNOS, storage_error
 
-SUMMARY = "summary.json"
 CONFIG = "config.yaml"
 DISK_ERRNOS = SPACE_ERRNOS | ACCESS_ERRNOS
 EXPORT_HINT = "pass an artifact folder written by `trainforge export` (e.g. runs/NAME/export/onnx)"
@@ -100,7 +99,7 @@ def _write_error(final: Path, err: OSError, written: int | None) -> UserError:
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> None:
-    (folder / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    summary_file(folder).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
 def folder_size(folder: Path, names: list[str]) -> int:
@@ -180,19 +179,20 @@ class Artifact:
             )
         return load(self, device, threads)
 
-    def torch_model(self) -> torch.nn.Module:
+    def fresh_model(self) -> torch.nn.Module:
+        """The artifact's model as its config and summary build it, without weights."""
         from trainforge.config.schema import RunConfig
         from trainforge.export.kinds import kind_class
 
         config = RunConfig.model_validate(yaml.safe_load((self.folder / CONFIG).read_text()))
         cls = kind_class(self.summary["task"], source=str(self.folder))
-        model = cls.build_model(config, self.summary["model"])
-        if self.runtime == "torch-int8":
-            from trainforge.export.int8 import load_int8
+        return cls.build_model(config, self.summary["model"])
 
-            return load_int8(model, self.model_file)
+    def torch_model(self) -> torch.nn.Module:
+        """The fp32 PyTorch model with the artifact's safetensors weights."""
         from safetensors.torch import load_file
 
+        model = self.fresh_model()
         model.load_state_dict(load_file(str(self.model_file)))
         return model.eval()
 
@@ -203,18 +203,13 @@ def ort_predictor(artifact: Artifact, device: str, threads: int | None) -> OrtPr
 
 
 def torch_predictor(artifact: Artifact, device: str, threads: int | None) -> TorchPredictor:
-    """Runtimes `torch` (fp32 safetensors) and `torch-int8` (CPU only)."""
-    if artifact.runtime == "torch-int8" and device != "cpu":
-        raise UserError(
-            f"{artifact.folder}: dynamic INT8 PyTorch models run on the CPU only",
-            "benchmark it with --device cpu",
-        )
+    """Runtime `torch`: fp32 safetensors (`torch-int8` is `export.int8.int8_predictor`)."""
     return TorchPredictor(artifact.torch_model(), device)
 
 
 def _read_summary(folder: Path) -> dict[str, Any] | None:
     """The artifact summary in `folder`, or None (a run's training summary.json is not one)."""
-    path = folder / SUMMARY
+    path = summary_file(folder)
     if not path.is_file():
         return None
     try:

@@ -19,9 +19,10 @@ import torch
 from trainforge.config.schema import RunConfig
 from trainforge.errors import UserError
 from trainforge.export.artifacts import ArtifactDir, folder_size, write_summary
+from trainforge.runfolder import SUMMARY
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -62,7 +63,7 @@ class CausalLMExport:
         return self.task.metrics(loss_sum, weight, sums), logits
 
     def write_safetensors(self, job: ExportJob) -> list[Result]:
-        from trainforge.export.pipeline import Result
+        from trainforge.export.job import Result
         from trainforge.models import hf
 
         model = self._loaded_model(job)
@@ -108,7 +109,7 @@ class CausalLMExport:
             "runtime": "transformers",
             "precision": "fp32",
             "artifact": WEIGHTS_FILE,
-            "files": [*files, "summary.json"],
+            "files": [*files, SUMMARY],
             "task": self.kind,
             "source": str(job.source.weights),
             "config_hash": config_hash(self.config),

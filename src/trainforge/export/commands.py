@@ -8,6 +8,7 @@ from typing import Any
 
 from trainforge.export.options import ExportOptions
 from trainforge.export.pipeline import Result, export
+from trainforge.runfolder import summary_file
 
 
 def _metric_text(summary: dict[str, Any]) -> str:
@@ -84,7 +85,7 @@ def run_export(source: Path, formats: list[str], options: ExportOptions) -> list
     for result in results:
         for line in _result_lines(result):
             print(line)
-    print(f"summaries: {results[0].folder.parent}/*/summary.json")
+    print(f"summaries: {summary_file(results[0].folder.parent / '*')}")
     return results
 
 

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainforge.registry import EXPORT_FORMATS, load_object
 
-if TYPE_CHECKING:
-    from trainforge.export.artifacts import Artifact
-    from trainforge.export.pipeline import ExportJob, Result
-
-# (artifact, device "cpu"/"cuda", CPU threads or None) -> predictor: float32 array -> array.
-PredictorLoader = Callable[["Artifact", str, "int | None"], Callable[[Any], Any]]
+# (artifact: an `export.artifacts.Artifact`, device "cpu"/"cuda", CPU threads or None) ->
+# predictor: float32 array -> array. Artifacts and jobs are typed Any here: the artifacts
+# and the job read this module, which names neither (no import circle).
+PredictorLoader = Callable[[Any, str, "int | None"], Callable[[Any], Any]]
 
 
 @dataclass(frozen=True)
@@ -37,12 +35,12 @@ class ExportFormat:
     description: str
     # ExportJob -> list[Result], or "module:function" imported on use. A task kind may
     # replace it with its own `write_<format>` method (see `export.kinds`).
-    write: str | Callable[[ExportJob], list[Result]]
+    write: str | Callable[[Any], list[Any]]  # (export.job.ExportJob) -> [Result]
     # Runtime written in the artifact's summary.json -> its predictor loader (or its
     # "module:function"); a runtime without one has no predictor here.
     runtimes: Mapping[str, str | PredictorLoader] = field(default_factory=dict)
 
-    def writer(self) -> Callable[[ExportJob], list[Result]]:
+    def writer(self) -> Callable[[Any], list[Any]]:
         return load_object(self.write)
 
 
@@ -73,7 +71,7 @@ EXPORT_FORMATS.register(
         "dynamic INT8 Linear layers for PyTorch on the CPU, plus a static QDQ INT8 ONNX model "
         "calibrated on training batches (int8-onnx)",
         "trainforge.export.int8:write_int8",
-        {"torch-int8": "trainforge.export.artifacts:torch_predictor"},
+        {"torch-int8": "trainforge.export.int8:int8_predictor"},
     ),
 )
 EXPORT_FORMATS.register(

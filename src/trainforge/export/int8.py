@@ -29,10 +29,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from trainforge.errors import UserError
-from trainforge.export.artifacts import ArtifactDir, OrtPredictor, TorchPredictor, require
+from trainforge.export.artifacts import (
+    Artifact,
+    ArtifactDir,
+    OrtPredictor,
+    TorchPredictor,
+    require,
+)
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 INT8_FILE = "model.int8.safetensors"
 INT8_ONNX_FILE = "model.int8.onnx"
@@ -116,6 +122,16 @@ def load_int8(model: nn.Module, path: Path) -> nn.Module:
     return qmodel.eval()
 
 
+def int8_predictor(artifact: Artifact, device: str, threads: int | None) -> TorchPredictor:
+    """Runtime `torch-int8` (CPU only): the artifact's model rebuilt from its INT8 weights."""
+    if device != "cpu":
+        raise UserError(
+            f"{artifact.folder}: dynamic INT8 PyTorch models run on the CPU only",
+            "benchmark it with --device cpu",
+        )
+    return TorchPredictor(load_int8(artifact.fresh_model(), artifact.model_file), device)
+
+
 def quantize_onnx_static(
     fp32_path: Path, out_path: Path, inputs: list[torch.Tensor], input_name: str
 ) -> bool:
@@ -166,7 +182,7 @@ def write_int8(job: ExportJob) -> list[Result]:
 
 
 def _write_torch_int8(job: ExportJob) -> Result:
-    from trainforge.export.pipeline import Result
+    from trainforge.export.job import Result
 
     with ArtifactDir(job.out_root, "int8") as folder:
         model = job.fresh_model()
@@ -193,8 +209,8 @@ def _write_torch_int8(job: ExportJob) -> Result:
 
 
 def _write_onnx_int8(job: ExportJob) -> Result:
+    from trainforge.export.job import Result
     from trainforge.export.onnx_format import to_onnx
-    from trainforge.export.pipeline import Result
 
     o = job.options
     kind = job.kind_cls

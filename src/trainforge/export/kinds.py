@@ -3,7 +3,8 @@
 Every format (ONNX, INT8, pruning, safetensors, and any registered in
 `trainforge.registry.EXPORT_FORMATS`) is written against `ExportKind`, not against a model
 class: a task kind plugs in by implementing the protocol in its own module and naming that
-class as the `export` of its `trainforge.registry.TASKS` entry. A kind serves every
+class as the `export` of its `trainforge.registry.TASKS` entry (the built-in kinds are
+attached here, `BUILT_IN`, so the task catalogue names nothing of this package). A kind serves every
 registered format unless it narrows them with a `formats` class attribute, and may replace a
 format's writer with a method named `write_<format>` (the causal LM writes merged LoRA
 weights as a Hugging Face folder); a kind whose formats all have their own writers needs only
@@ -19,7 +20,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from trainforge.errors import UserError
-from trainforge.registry import EXPORT_FORMATS, TASKS
+from trainforge.registry import EXPORT_FORMATS, TASKS, load_object
 
 if TYPE_CHECKING:
     from trainforge.config.schema import RunConfig
@@ -71,12 +72,27 @@ class ExportKind(Protocol):
         """The engine task that trains `model` with `config` (for pruning fine-tunes)."""
 
 
+# The built-in task kinds' export kinds, attached here so that the task catalogue names
+# nothing of the export package above it. A plugin task kind names its class in its own
+# `TaskEntry(export=...)`.
+BUILT_IN: dict[str, str] = {
+    "image-classification": "trainforge.export.vision:ImageClassificationExport",
+    "causal-lm": "trainforge.export.causal_lm:CausalLMExport",
+}
+
+
+def _export_of(kind: str) -> Any:
+    entry = TASKS.find(kind)
+    if entry is not None and entry.export is not None:
+        return entry.export_kind()
+    return load_object(BUILT_IN[kind]) if entry is not None and kind in BUILT_IN else None
+
+
 def kind_class(kind: str, *, source: str) -> type[ExportKind]:
     """The ExportKind class of a task kind, or a UserError naming the kinds export knows."""
-    entry = TASKS.find(kind)
-    cls = entry.export_kind() if entry is not None else None
+    cls = _export_of(kind)
     if cls is None:
-        exportable = [name for name, e in TASKS.items() if e.export is not None]
+        exportable = [name for name, e in TASKS.items() if e.export is not None or name in BUILT_IN]
         raise UserError(
             f"{source} was trained for task {kind!r}, which export does not support",
             f"export supports runs of task {' or '.join(sorted(exportable))}",

@@ -35,7 +35,7 @@ from trainforge.export.artifacts import ArtifactDir, OrtPredictor, require
 from trainforge.export.onnx_low_opset import attention_symbolic, exporter_for
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 ONNX_FILE = "model.onnx"
 # Above this many bytes of weights the graph keeps them in an external file (protobuf: 2 GiB).
@@ -146,7 +146,7 @@ def trtexec_commands(onnx_path: Path, int8_path: Path, spec: dict[str, Any]) -> 
 
 
 def write_onnx(job: ExportJob) -> list[Result]:
-    from trainforge.export.pipeline import Result
+    from trainforge.export.job import Result
 
     o = job.options
     kind = job.kind_cls

@@ -39,7 +39,7 @@ def check_formats(formats: list[str], source: Path | None = None) -> list[str]:
     """Registered, de-duplicated formats in the order given (`all` means every format);
     with `source`, the plugins that run records are imported first (their formats count)."""
     if source is not None:
-        from trainforge.export.source import load_run_plugins
+        from trainforge.export.plugins import load_run_plugins
 
         load_run_plugins(source)
     known = EXPORT_FORMATS.names()

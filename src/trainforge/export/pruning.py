@@ -24,7 +24,7 @@ from trainforge.export.artifacts import ArtifactDir, TorchPredictor
 from trainforge.runfolder import RunFolder
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 PRUNED_FILE = "model.safetensors"
 PRUNABLE = (nn.Linear, nn.Conv2d)
@@ -116,7 +116,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
 
 
 def write_pruned(job: ExportJob) -> list[Result]:
-    from trainforge.export.pipeline import Result
+    from trainforge.export.job import Result
 
     o = job.options
     with ArtifactDir(job.out_root, "pruned") as folder:

@@ -24,11 +24,8 @@ from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
+from trainforge.export.plugins import load_plugins, run_of
 from trainforge.runfolder import RunFolder
-
-# A checkpoint folder's own files: engine/checkpoint.py's layout, not the run folder's.
-CHECKPOINT_WEIGHTS = "model.safetensors"
-CHECKPOINT_CONFIG = "config.yaml"
 
 
 @dataclass
@@ -53,13 +50,13 @@ def resolve_source(path: Path) -> Source:
     if not path.is_dir():
         raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)
     if (path / ckpt.MANIFEST).is_file():
-        return _from_checkpoint(path, _run_of(path))
+        return _from_checkpoint(path, run_of(path))
     run = RunFolder(path)
     if run.resolved_config.is_file():
         if run.model.is_file():
             return _read(path, path, run.model, run.resolved_config)
         root = run.checkpoints
-        best = root / "best_model"
+        best = root / ckpt.best_name()
         if best.is_dir() and ckpt.verify(best) is None:
             return _from_checkpoint(best, path)
         newest = ckpt.latest(root)
@@ -91,18 +88,12 @@ def load_weights(
     return model.eval()
 
 
-def _run_of(checkpoint: Path) -> Path:
-    """The run folder whose checkpoints/ holds `checkpoint`, else the checkpoint itself."""
-    run = RunFolder(checkpoint.parent.parent)
-    return run.path if run.checkpoints == checkpoint.parent else checkpoint
-
-
 def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     problem = ckpt.verify(folder)
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     ckpt.check_format(folder, ckpt.read_meta(folder))
-    return _read(folder, run_dir, folder / CHECKPOINT_WEIGHTS, folder / CHECKPOINT_CONFIG)
+    return _read(folder, run_dir, ckpt.weights_file(folder), ckpt.config_file(folder))
 
 
 def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:
@@ -112,7 +103,7 @@ def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Sourc
     from trainforge.export.kinds import kind_class
 
     kind_class(str(kind), source=str(given))  # a wrong task fails before the config check
-    _load_plugins(raw, run_dir)
+    load_plugins(raw, run_dir)
     try:
         config = RunConfig.model_validate(raw)
     except ValidationError as err:
@@ -129,32 +120,6 @@ def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Sourc
             f"cannot read weights {weights}: {err}", "pick another checkpoint"
         ) from None
     return Source(given, run_dir, weights, config, text, state)
-
-
-def load_run_plugins(path: Path) -> None:
-    """Import the plugins a run or checkpoint folder records (its config's `extensions`), so
-    that its export formats are known before `--format` is checked; quiet when unreadable
-    (`resolve_source` names the problem later)."""
-    if not path.is_dir():
-        return
-    is_checkpoint = (path / ckpt.MANIFEST).is_file()
-    config_file = path / CHECKPOINT_CONFIG if is_checkpoint else RunFolder(path).resolved_config
-    try:
-        raw = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return
-    if isinstance(raw, dict) and raw.get("extensions"):
-        _load_plugins(raw, _run_of(path) if is_checkpoint else path)
-
-
-def _load_plugins(raw: dict[str, Any], run_dir: Path) -> None:
-    """The run's plugins (`extensions`), imported before its names are checked; a relative
-    file is looked up where the run started too."""
-    from trainforge.extensions import listed, load_extensions
-
-    run = RunFolder(run_dir)
-    started = run.read_run().get("cwd") if run.is_run() else None
-    load_extensions(listed(raw.get("extensions")), base=Path(started) if started else None)
 
 
 def _parse(text: str, config_file: Path) -> dict[str, Any]:

@@ -13,13 +13,13 @@ from safetensors.torch import save_file
 from trainforge.export.artifacts import ArtifactDir, TorchPredictor
 
 if TYPE_CHECKING:
-    from trainforge.export.pipeline import ExportJob, Result
+    from trainforge.export.job import ExportJob, Result
 
 WEIGHTS_FILE = "model.safetensors"
 
 
 def write_safetensors(job: ExportJob) -> list[Result]:
-    from trainforge.export.pipeline import Result
+    from trainforge.export.job import Result
 
     with ArtifactDir(job.out_root, "safetensors") as folder:
         model = job.fresh_model()

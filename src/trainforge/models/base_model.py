@@ -16,7 +16,6 @@ not by the data a tokenizer was trained on; nothing there ties a model to a corp
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -26,15 +25,6 @@ from trainforge.errors import UserError
 from trainforge.models import hf
 
 HASH_PREFIX = 8  # characters of the corpus hash in a derived model name
-
-
-def corpus_fact(path: Path) -> dict[str, Any]:
-    """What identifies a corpus file: its path as given, SHA-256 and size in bytes."""
-    digest = hashlib.sha256()
-    with Path(path).expanduser().open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return {"path": str(path), "sha256": digest.hexdigest(), "size_bytes": path.stat().st_size}
 
 
 def made_from(folder: Path) -> list[dict[str, Any]] | None:
@@ -86,6 +76,8 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
     corpus = Path(config.data.train_file)
     if not corpus.is_file():
         return hf.check_model_dir(path)  # the data check names the missing file
+    from trainforge.models.hf_init import corpus_fact
+
     fact = corpus_fact(corpus)
     if (path / "config.json").is_file():
         recorded = made_from(path)

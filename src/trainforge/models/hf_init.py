@@ -10,6 +10,7 @@ trainforge.json saying how it was made. `--chat-template` adds a ChatML template
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,16 @@ def corpus_texts(paths: list[Path]) -> list[str]:
     return texts
 
 
-def _corpus_facts(corpus: list[Path]) -> list[dict]:
-    from trainforge.models.base_model import corpus_fact
+def corpus_fact(path: Path) -> dict[str, Any]:
+    """What identifies a corpus file: its path as given, SHA-256 and size in bytes."""
+    digest = hashlib.sha256()
+    with Path(path).expanduser().open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(path), "sha256": digest.hexdigest(), "size_bytes": path.stat().st_size}
 
+
+def _corpus_facts(corpus: list[Path]) -> list[dict]:
     return [corpus_fact(Path(p)) for p in corpus if Path(p).is_file()]
 
 

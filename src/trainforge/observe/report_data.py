@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.runfolder import RunFolder
 
@@ -102,8 +103,7 @@ def load_run(run_dir: Path) -> RunData:
     data = RunData(run_dir=run_dir, records=_read_metrics(metrics, notes), notes=notes)
     data.summary = _read_mapping(folder.summary, notes)
     data.config = _read_mapping(folder.resolved_config, notes)
-    # engine.checkpoint.RUN_META, named here: importing that module would import torch
-    data.checkpoint_meta = _read_mapping(folder.checkpoints / "checkpoint_meta.json", notes)
+    data.checkpoint_meta = _read_mapping(ckpt.run_meta_file(folder.checkpoints), notes)
     if folder.confusion.is_file():
         data.confusion = _read_confusion(folder.confusion, notes)
     if not data.summary:

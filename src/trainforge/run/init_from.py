@@ -34,16 +34,13 @@ from typing import Any
 from trainforge.config import RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import RunFolder, summary_file
 
 HOW = (
     "pass a run folder (runs/NAME), a checkpoint folder, an exported safetensors folder or "
     "a .safetensors file"
 )
-WEIGHTS = "model.safetensors"  # the weights file of a checkpoint or an exported artifact
-# An export artifact's own summary (export/artifacts.py); read as plain JSON here because
-# the export package sits above the train entry's pieces.
-EXPORT_SUMMARY = "summary.json"
+WEIGHTS = ckpt.WEIGHTS  # the weights file of a checkpoint or an exported artifact
 
 
 @dataclass(frozen=True)
@@ -87,7 +84,7 @@ def locate(config: RunConfig) -> InitSource | None:
     if run.is_run():
         if run.model.is_file():
             return InitSource(value, "final model", run.model, _file_hash(run.model))
-        best = run.checkpoints / "best_model"
+        best = run.checkpoints / ckpt.best_name()
         if best.is_dir():
             return _checkpoint(value, best, "no final model, best checkpoint")
         raise UserError(
@@ -111,7 +108,7 @@ def _checkpoint(value: str, folder: Path, kind: str) -> InitSource:
 
 def _exported(value: str, folder: Path) -> InitSource:
     weights = folder / WEIGHTS
-    summary = _read_json(folder / EXPORT_SUMMARY)
+    summary = _read_json(summary_file(folder))
     if not weights.is_file():
         raise UserError(f"model.init_from {value}: no {WEIGHTS} in this folder", HOW)
     if summary.get("format", "safetensors") != "safetensors":

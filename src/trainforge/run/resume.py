@@ -1,5 +1,9 @@
-"""Where a run starts: the run folder claimed, the checkpoint it resumes from, run.json,
-the restore itself, and the Slurm requeue that lets a preempted job come back to it.
+"""Resume, in one place: what `--resume` names (the run.json recipe it rebuilds, the
+directory the run started in), the run folder claimed under its hold, the checkpoint the
+run resumes from, the batch numbers that checkpoint keeps for `batch_size: auto`, run.json
+and its segments, the restore itself, and the Slurm requeue that lets a preempted job come
+back to it. Checkpoint files are `trainforge.engine.checkpoint`'s, the folder's layout
+`trainforge.runfolder`'s.
 
 Order matters for "nothing half-written": the resume point is chosen (and refused) before
 anything is written; the folder is readied for writing only once the task exists, so a
@@ -21,7 +25,7 @@ from trainforge.config import ResolvedConfig, RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.run.recipe import config_changes
-from trainforge.runfolder import RunFolder, for_config, resume_command
+from trainforge.runfolder import Hold, RunFolder, find_run, for_config, resume_command
 
 
 def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
@@ -29,6 +33,154 @@ def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
     return for_config(out.dir, out.run_name, resolved.path)
 
 
+# ------------------------------------------------------------------ the recipe of a resume
+
+
+def resolve_run(args, platform, world_size: int, **check: object):
+    """(the resolved run, what to resume from: None, auto or a checkpoint folder).
+
+    `--resume runs/NAME` rebuilds the run recorded in that folder (its run.json), with
+    the flags given now on top; `--resume CHECKPOINT` does so from that checkpoint."""
+    from trainforge.config import validate
+
+    resume, recorded, config_path, profile = args.resume, None, args.config, args.profile
+    flags = dict(args.flags)
+    if resume not in (None, "auto"):
+        found = find_run(resume) or _in_config_run(args, resume, platform)
+        if found is None:
+            _resume_not_found(args, resume, platform)
+        folder, checkpoint = found
+        resume = str(checkpoint) if checkpoint else "auto"
+        if folder.is_run():
+            record = folder.read_run()
+            recorded = dict(record.get("recipe") or {})
+            if config_path is not None:
+                recorded.pop("file", None)  # a config named now is read afresh
+            else:
+                config_path = Path(record["config_file"]) if record.get("config_file") else None
+            profile = profile or record.get("profile")
+            _print_changes(folder, args)
+            folder, resume = _enter_recorded_start(record, folder, checkpoint)
+        elif config_path is None:
+            raise UserError(
+                f"--resume {resume}: {folder.path} has no run record (run.json)",
+                f"name its config too: trainforge train CONFIG --resume {folder.path}",
+            )
+        flags["output.dir"] = str(folder.path.parent)
+        flags["output.run_name"] = folder.path.name
+    if config_path is None and recorded is None:
+        raise UserError("no run config given", "trainforge train CONFIG (or --config FILE)")
+    resolved = validate(
+        config_path,
+        platform=platform,
+        profile=profile,
+        overrides=args.overrides,
+        flags=flags,
+        flag_sources=args.sources,
+        recorded=recorded,
+        world_size=world_size,
+        **check,
+    )
+    if args.more_steps is not None:
+        flags["training.max_steps"] = _steps_done(resolved, resume, args.more_steps)
+        resolved = validate(
+            config_path, platform=platform, profile=profile, overrides=args.overrides,
+            flags=flags, flag_sources=args.sources, recorded=recorded, world_size=world_size,
+            **check,
+        )  # fmt: skip
+    return resolved, resume
+
+
+def _steps_done(resolved, resume: str | None, more: int) -> int:
+    """The max_steps `--max_steps +N` means: N past the checkpoint this run resumes (a
+    folder, or the run's newest with auto), N for a fresh start. Says it in one line."""
+    if resume is None:
+        return more
+    if resume == "auto":
+        found = ckpt.latest(run_folder_for(resolved).checkpoints)
+        done, name = (found.global_step, found.path.name) if found else (0, "no checkpoint")
+    else:
+        done, name = int(ckpt.read_meta(Path(resume)).get("global_step", 0)), Path(resume).name
+    if os.environ.get("RANK", "0") == "0":
+        end = done + more
+        print(f"--max_steps +{more}: {name} is at step {done}, so training ends at step {end}")
+    return done + more
+
+
+def _config_run_folder(args, platform):
+    """The run folder the named config (with its flags) writes to; None without a config."""
+    from trainforge.config import load
+    from trainforge.hardware import pick_profile
+
+    if args.config is None:
+        return None
+    resolved = load(
+        args.config,
+        profile=args.profile,
+        overrides=args.overrides,
+        flags=args.flags,
+        flag_sources=args.sources,
+        pick_auto_profile=lambda: pick_profile(platform),
+    )
+    out = resolved.config.output
+    return for_config(out.dir, out.run_name, resolved.path)
+
+
+def _in_config_run(args, resume: str, platform):
+    """The ViT training guide's `CONFIG --resume_from checkpoints/NAME.pth`: a relative
+    path is also looked for in the config's run folder."""
+    if Path(resume).is_absolute() or Path(resume).exists():
+        return None
+    folder = _config_run_folder(args, platform)
+    return find_run(str(folder.path / resume)) if folder else None
+
+
+def _resume_not_found(args, resume: str, platform) -> None:
+    """One line naming the flag as typed, the path, and where a checkpoint could be."""
+    what = "not a run folder or checkpoint folder" if Path(resume).exists() else "not found"
+    folder = None if Path(resume).is_absolute() else _config_run_folder(args, platform)
+    if folder is None:
+        raise UserError(
+            f"{args.resume_flag} {resume}: {what}",
+            "pass a run folder such as runs/NAME (see `ls runs`), or auto",
+        )
+    raise UserError(
+        f"{args.resume_flag} {resume}: {what} (nor in {folder.path}, this config's run folder)",
+        f"pick one of `ls {folder.checkpoints}`, or resume the newest with "
+        f"{args.resume_flag} {folder.path}",
+    )
+
+
+def _enter_recorded_start(record: dict, folder: RunFolder, checkpoint: Path | None):
+    """Work where the run started, so the relative paths in its config (data, models) mean
+    what they meant then; (the run folder, what to resume) as absolute paths."""
+    resume = str(checkpoint.resolve()) if checkpoint else "auto"
+    absolute = RunFolder(folder.path.resolve())
+    return (absolute if enter_start_dir(folder, record) else folder), resume
+
+
+def enter_start_dir(folder: RunFolder, record: dict | None = None) -> bool:
+    """Change to the directory the run in `folder` started in (its run.json's `cwd`), saying
+    so, where that is not the current one; False when it stays (also for a folder without
+    a record)."""
+    if record is None:
+        record = folder.read_run() if folder.is_run() else {}
+    started = Path(str(record.get("cwd") or "."))
+    if not started.is_dir() or started.resolve() == Path.cwd().resolve():
+        return False
+    os.chdir(started)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"working in {started}, where the run started (its relative paths mean that)")
+    return True
+
+
+def _print_changes(folder: RunFolder, args: Any) -> None:
+    given = [f"{k} = {v!r}" for k, v in args.flags.items()] + list(args.overrides)
+    if given and os.environ.get("RANK", "0") == "0":
+        print(f"resuming {folder.path} with changed values: " + "; ".join(given))
+
+
+# ------------------------------------------------------------------ the resume point
 def resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) -> Path | None:
     """The checkpoint this run starts from (None: a fresh start), or one line saying why
     the folder cannot be used. `resume_from` is auto (this run's newest good checkpoint),
@@ -72,16 +224,15 @@ def resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) ->
     return None
 
 
-def claim(
-    folder: RunFolder, resume_from: str | None, overwrite: bool, held: list[int]
-) -> Path | None:
+def claim(hold: Hold, resume_from: str | None, overwrite: bool) -> Path | None:
     """The resume point, agreed by every rank: rank 0 locks an existing folder (a live run's
     writes are not leftovers), tidies crash leftovers and chooses; the others choose after
-    it. Lock descriptors go to `held`; the caller closes them when the run ends."""
+    it. The lock stays with `hold` (`RunFolder.hold`) until the run ends."""
+    folder = hold.folder
     main = parallel.context().is_main
     start_from = None
     if main and folder.path.is_dir():
-        held.append(folder.lock())
+        hold.take()
     if main:
         start_from = resume_point(folder, resume_from, overwrite)
     parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
@@ -91,22 +242,20 @@ def claim(
 
 
 def prepare_folder(
-    folder: RunFolder,
+    hold: Hold,
     resolved: ResolvedConfig,
     start_from: Path | None,
     resume_from: str | None,
-    held: list[int],
     config_text: str,
 ) -> int | None:
     """Rank 0 readies the folder for writing: locked, cleared for --overwrite, metrics past
     the resume step dropped, run.json and config.resolved.yaml written. Returns the step
     the run resumes at (None: a fresh start or another rank)."""
-    config = resolved.config
+    folder, config = hold.folder, resolved.config
     resume_step = None
     if not parallel.context().is_main:
         return None
-    if not held:
-        held.append(folder.lock())
+    hold.take()
     if start_from is None and config.output.overwrite:
         folder.clear()
     elif start_from is None and resume_from is None and folder.occupied():
@@ -121,6 +270,23 @@ def prepare_folder(
         Path(config.hardware.swap_directory).mkdir(parents=True, exist_ok=True)
     note_killed_start(folder)  # only now: a user error before this leaves nothing on disk
     return resume_step
+
+
+def checkpoint_batch(checkpoint: Path) -> tuple[int, int, int] | None:
+    """(micro-batch, accumulation, effective batch) a checkpoint was trained with, so that a
+    resumed `per_device_train_batch_size: auto` run keeps them instead of probing again;
+    None when its config does not say."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load(ckpt.config_file(checkpoint).read_text(encoding="utf-8")) or {}
+        t = saved["training"]
+        micro = int(t["per_device_train_batch_size"])
+        accumulation = int(t["gradient_accumulation_steps"])
+        target = int(t.get("global_batch_size") or 0)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    return micro, accumulation, target or micro * accumulation
 
 
 def note_killed_start(folder: RunFolder) -> None:
@@ -171,7 +337,7 @@ def record_run(
 def restore(trainer: Any, start_from: Path, config: RunConfig) -> tuple[str, list[str]]:
     """Load the checkpoint into the trainer, say what `config` changed since then and which
     guarantee the resume gives; returns ("exact" | "continued", reasons)."""
-    saved = (start_from / "config.yaml").read_text(encoding="utf-8")
+    saved = ckpt.config_file(start_from).read_text(encoding="utf-8")
     changes = config_changes(saved, config)
     meta = trainer.load_checkpoint(start_from)
     if changes:

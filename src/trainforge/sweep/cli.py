@@ -18,7 +18,7 @@ from typing import Any
 
 from trainforge.errors import UserError
 from trainforge.sweep.space import DIRECTIONS, Space, check_against_schema, read_space, yaml_scalar
-from trainforge.sweep.study import SweepFolder
+from trainforge.sweep.study import SweepFolder, record_sweep
 
 PRUNERS = ("median", "asha", "none")
 METRICS = ("accuracy", "loss", "perplexity", "per", "wer")
@@ -227,29 +227,12 @@ def _request(
     }
 
 
-def record(plan: dict[str, Any]) -> SweepFolder:
-    """Write sweep.json, or check that the sweep already there is this one."""
-    folder = SweepFolder(Path(plan["folder"]))
-    kept = {k: v for k, v in plan.items() if not k.startswith("_") and k != "parallel"}
-    if folder.is_sweep():
-        before = folder.read_request()
-        for key in ("config", "space", "metric", "direction", "pruner", "train_args"):
-            if before.get(key) != kept.get(key):
-                raise UserError(
-                    f"{folder.path} holds a sweep with another {key}",
-                    "run it with its own command, or pick another --name",
-                )
-        kept["trials"] = max(int(before.get("trials") or 0), kept["trials"])
-    folder.write_request(kept)
-    return folder
-
-
 def run_sweep(plan: dict[str, Any]) -> int:
     from trainforge.hardware.threads import usable_cores
     from trainforge.sweep.runner import Sweep
     from trainforge.sweep.summary import status
 
-    folder = record(plan)
+    folder = record_sweep(plan)
     parallel = plan["parallel"]
     threads = max(1, usable_cores() // parallel) if parallel > 1 else None
     print(

@@ -109,14 +109,14 @@ def render_array(plan: dict[str, Any], job: SlurmJob, tasks: int) -> str:
 
 def slurm_sweep(plan: dict[str, Any], own: dict[str, Any]) -> int:
     """Print the array script, or with --submit write it beside the logs and sbatch it."""
-    from trainforge.sweep.cli import record
+    from trainforge.sweep.study import record_sweep
 
     job, tasks = array_job(plan, own)
     script = render_array(plan, job, tasks)
     if not own.get("submit"):
         sys.stdout.write(script)
         return 0
-    folder = record(plan)  # the sweep's record exists before any task starts
+    folder = record_sweep(plan)  # the sweep's record exists before any task starts
     job_id, path = submit(job, script)
     print(f"Submitted batch job {job_id} ({tasks} array tasks)")
     print(f"script: {path}")

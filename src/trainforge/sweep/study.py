@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainforge.errors import UserError
+from trainforge.runfolder import REPORT
 
 SWEEP_JSON = "sweep.json"
 REASON_ATTR = "fail_reason"
@@ -75,7 +76,7 @@ class SweepFolder:
 
     @property
     def report(self) -> Path:
-        return self.path / "report.html"
+        return self.path / REPORT
 
     @property
     def logs(self) -> Path:
@@ -232,3 +233,20 @@ def claim(folder: SweepFolder, study: Any, total: int) -> tuple[Any, int] | None
             return None
         trial = study.ask()
         return trial, folder.take_lease(trial.number)
+
+
+def record_sweep(plan: dict[str, Any]) -> SweepFolder:
+    """Write sweep.json, or check that the sweep already there is this one."""
+    folder = SweepFolder(Path(plan["folder"]))
+    kept = {k: v for k, v in plan.items() if not k.startswith("_") and k != "parallel"}
+    if folder.is_sweep():
+        before = folder.read_request()
+        for key in ("config", "space", "metric", "direction", "pruner", "train_args"):
+            if before.get(key) != kept.get(key):
+                raise UserError(
+                    f"{folder.path} holds a sweep with another {key}",
+                    "run it with its own command, or pick another --name",
+                )
+        kept["trials"] = max(int(before.get("trials") or 0), kept["trials"])
+    folder.write_request(kept)
+    return folder

@@ -2,13 +2,15 @@
 
 This module owns what trainforge knows about a task kind before building it: a one-line
 description (schema, docs, web dialog), its builder (`RunConfig, device -> Task`, the object
-the one training loop trains) and its export kind (what `trainforge export` needs from it,
-an `trainforge.export.kinds.ExportKind`). Adding a task kind is one file that defines the
-task and calls `TASKS.register(name, TaskEntry(...))`.
+the one training loop trains) and, for a plugin kind, its export kind (what `trainforge
+export` needs from it, a `trainforge.export.kinds.ExportKind`); the built-in kinds' export
+kinds are attached by `trainforge.export.kinds`, so this module names nothing above it.
+Adding a task kind is one file that defines the task and calls
+`TASKS.register(name, TaskEntry(...))`.
 
-Builders and export kinds of the built-ins are "module:attribute" strings imported on use,
-so reading the names (config validation) imports no torch. The registry type is
-`trainforge.registry` (catalogue and entry points were considered there).
+Builders are imported on use, so reading the names (config validation) imports no torch.
+The registry type is `trainforge.registry` (catalogue and entry points were considered
+there).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class TaskEntry:
     description: str
     # (config, device or None) -> Task, or "module:function" imported on use.
     build: str | Callable[[RunConfig, torch.device | None], Task]
-    # The ExportKind class (or "module:Class"); None: runs of this kind are not exported.
+    # A plugin kind's ExportKind class (or "module:Class"); None: the export package's own
+    # (`trainforge.export.kinds.BUILT_IN`, the built-in kinds), else not exported.
     export: str | type | None = None
 
     def build_task(self, config: RunConfig, device: torch.device | None) -> Task:
@@ -61,7 +64,6 @@ TASKS.register(
     TaskEntry(
         "a ViT classifying images of an image dataset (cross-entropy, accuracy)",
         _image_classification,
-        "trainforge.export.vision:ImageClassificationExport",
     ),
 )
 TASKS.register(
@@ -69,6 +71,5 @@ TASKS.register(
     TaskEntry(
         "Hugging Face causal language model fine-tuning on text records (loss, perplexity)",
         _causal_lm,
-        "trainforge.export.causal_lm:CausalLMExport",
     ),
 )

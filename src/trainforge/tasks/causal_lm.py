@@ -40,6 +40,7 @@ from trainforge.engine.task import StepOutput
 from trainforge.errors import UserError
 from trainforge.models import hf
 from trainforge.models.base_model import resolve_base_model
+from trainforge.runfolder import RunFolder
 from trainforge.tasks.sequence_metrics import error_counts
 
 
@@ -262,7 +263,7 @@ class CausalLM:
         # The loop's epoch count: optimizer steps per epoch from the loader's batches.
         accumulation = self.config.training.gradient_accumulation_steps
         steps_per_epoch = max(1, math.ceil(len(self.train_loader) / accumulation))
-        logger = JsonlLogger(run_dir / "metrics.jsonl")
+        logger = JsonlLogger(RunFolder(run_dir).metrics)
         try:
             logger.log(split, metrics, step, round(step / steps_per_epoch, 4))
         finally:

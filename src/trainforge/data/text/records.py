@@ -1,6 +1,7 @@
 """Text records from files: JSON, JSONL, TSV and CSV, checked record by record.
 
-Owns `TextRecord` and `read_records`. Accepted shapes (per record, so one file may mix them):
+Owns `TextRecord`, `read_records` and the file-level checks before them
+(`validate_text_file`). Accepted shapes (per record, so one file may mix them):
     {"prompt": ..., "response": ...}            also "completion" for "response", and the
                                                 Alpaca form "instruction" [+ "input"] + "output"
     {"messages": [{"role": ..., "content": ...}, ...]}   chat; needs an assistant turn
@@ -11,8 +12,8 @@ lines starting with `#` skipped; a CSV file two columns `prompt,response` per ro
 the `csv` module reads RFC 4180). A first TSV/CSV line naming the columns (`word,phonemes`,
 `prompt,response`, ...) is a header and skipped, or as `data.header` declares. Any line
 ending (LF, CRLF, CR, mixed) and a UTF-8 byte-order mark are read. The file-level checks
-(a file, not empty, UTF-8) are `trainforge.data.validate`'s. Every problem names the file,
-the line or record, and the fix.
+(a file, not a folder, not empty, UTF-8, a known suffix) come first. Every problem names
+the file, the line or record, and the fix.
 
 `datasets.load_dataset("json")` was considered; it caches Arrow files under the user's home
 and reports malformed records without their position, which plain `json` does better here.
@@ -29,6 +30,7 @@ from typing import Any
 from trainforge.errors import UserError
 
 ROLES = ("system", "user", "assistant")
+TEXT_SUFFIXES = (".json", ".jsonl", ".tsv", ".csv")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,38 @@ class TextRecord:
         return [t for t in (self.system, self.prompt, self.response) if t]
 
 
+def validate_text_file(path: str | Path, field_name: str = "data.train_file") -> str:
+    """The text of a records file, after the file-level checks; raises one line otherwise."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise UserError(
+            f"{field_name} = {str(path)!r} is a folder, not a file",
+            "point it at a .json, .jsonl, .tsv or .csv file",
+        )
+    if not file.is_file():
+        raise UserError(f"{field_name} = {str(path)!r}: file not found", f"check {field_name}")
+    if file.suffix.lower() not in TEXT_SUFFIXES:
+        raise UserError(
+            f"{file}: unknown text format {file.suffix!r}", "use .json, .jsonl, .tsv or .csv"
+        )
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        raise UserError(
+            f"{file} cannot be read ({err.strerror})", "check its permissions"
+        ) from None
+    if not data.strip():
+        raise UserError(f"{file} is empty", "add records, or point the field at another file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(
+            f"{file}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x})",
+            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        ) from None
+
+
 def read_records(
     path: str | Path, field: str = "data.train_file", header: bool | str = "auto"
 ) -> list[TextRecord]:
@@ -63,8 +97,6 @@ def read_records(
     `header` (`data.header`): whether the first line of a TSV or CSV file names the
     columns; auto when both its cells are column names (`HEADER_WORDS`). A skipped
     header is said in one line."""
-    from trainforge.data.validate import validate_text_file
-
     text = validate_text_file(path, field)  # read as utf-8-sig: a byte-order mark is dropped
     path = Path(path).expanduser()
     suffix = path.suffix.lower()
