@@ -17,8 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from trainforge.config.loading import leaf_paths
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, leaf_paths
 from trainforge.profiles import list_profiles, load_profile
 
 REPO = Path(__file__).resolve().parents[1]

@@ -196,11 +196,11 @@ def _write_onnx_int8(job: ExportJob) -> Result:
     from trainforge.export.onnx_format import to_onnx
     from trainforge.export.pipeline import Result
 
-    o = job.options
+    o = job.options.of("int8")
     kind = job.kind_cls
     with ArtifactDir(job.out_root, "int8-onnx") as folder:
         fp32_path = folder / "fp32.onnx"
-        input_name, output_name = job.tensor_names()
+        input_name, output_name = job.tensor_names("int8")
         to_onnx(
             job.fresh_model(),
             fp32_path,

@@ -25,7 +25,12 @@ from trainforge.errors import UserError
 from trainforge.export.artifacts import CONFIG, TorchPredictor, folder_size, write_summary
 from trainforge.export.kinds import formats_of, kind_class, writer_for
 from trainforge.export.measure import Latency, measure_latency, predict_all, targets_of
-from trainforge.export.options import ExportOptions, check_formats, check_options
+from trainforge.export.options import (
+    ExportOptions,
+    check_format_options,
+    check_formats,
+    check_options,
+)
 from trainforge.export.source import Source, resolve_source
 from trainforge.registry import EXPORT_FORMATS
 from trainforge.runfolder import RunFolder
@@ -59,11 +64,12 @@ class ExportJob:
     def info(self) -> dict[str, Any]:
         return self.kind.model_info()
 
-    def tensor_names(self) -> tuple[str, str]:
-        """(input, output) tensor names of ONNX artifacts: --input-name/--output-name, else
-        the task's own."""
-        o, kind = self.options, self.kind_cls
-        return o.input_name or kind.input_name, o.output_name or kind.output_name
+    def tensor_names(self, fmt: str = "onnx") -> tuple[str, str]:
+        """(input, output) tensor names of `fmt`'s ONNX graph: its input_name/output_name
+        options, else the task's own."""
+        o, kind = self.options.of(fmt), self.kind_cls
+        given = getattr(o, "input_name", None), getattr(o, "output_name", None)
+        return given[0] or kind.input_name, given[1] or kind.output_name
 
     def input_spec(self) -> dict[str, Any]:
         """The task's input spec with the tensor names this export uses."""
@@ -176,6 +182,7 @@ def export(
     options = options or ExportOptions()
     wanted = check_formats(formats)
     check_options(options)
+    check_format_options(options, wanted)
     source = resolve_source(path)
     job = ExportJob(source, options)
     available = formats_of(job.kind)
