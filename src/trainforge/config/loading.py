@@ -30,6 +30,7 @@ from trainforge.config.schema import (
     RunConfig,
     flat_alias_paths,
     leaf_paths,
+    owned_path,
     value_paths,
 )
 from trainforge.errors import UserError
@@ -327,7 +328,15 @@ def _complete_sources(config: RunConfig, sources: dict[str, str]) -> dict[str, s
 
 
 def get_dotted(config: RunConfig, path: str) -> Any:
+    """The value at `path`; an old flat spelling (`data.download`) reads the entry's option
+    (None where the entry has no such option)."""
     node: Any = config
-    for part in path.split("."):
-        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    owned = owned_path(path)
+    for part in owned.split("."):
+        if isinstance(node, dict):
+            node = node[part]
+        elif owned != path and part == owned.rpartition(".")[2]:
+            return getattr(node, part, None)
+        else:
+            node = getattr(node, part)
     return node

@@ -772,6 +772,29 @@ def flat_alias_paths() -> list[str]:
     ]
 
 
+def owned_path(path: str) -> str:
+    """Where an old flat spelling lives now (`data.download` -> `data.options.download`);
+    any other path as it is."""
+    section, _, leaf = path.rpartition(".")
+    for where, aliases in OWNED_OPTIONS.items():
+        if where.rpartition(".")[0] == section and leaf in aliases:
+            return f"{where}.{leaf}"
+    return path
+
+
+def flat_alias_types() -> dict[str, Any]:
+    """Old flat spelling -> its type, as the built-in entry that owns it declares it."""
+    owners = {"data.options": DATASETS, "optimizer.args": OPTIMIZERS}
+    out: dict[str, Any] = {}
+    for where, registry in owners.items():
+        section = where.rpartition(".")[0]
+        for _, entry in registry.items():
+            for name, info in options_model(entry).model_fields.items():
+                if name in OWNED_OPTIONS[where]:
+                    out.setdefault(f"{section}.{name}", info.annotation)
+    return out
+
+
 def value_paths(config: BaseModel, prefix: str = "") -> list[str]:
     """Dotted paths of every value of a config instance, an entry's options expanded to
     their own fields (`data.options.download`): what `trainforge config show` lists."""
