@@ -8,8 +8,8 @@ kind or a profile is one file that calls `REGISTRY.register(name, entry)` (or us
 decorator); nothing else lists the names. The config schema checks allowed values, the web
 dialog offers choices and the docs list names by reading these registries.
 
-Layering: this module sits at the bottom (it imports only `trainforge.errors`), so `config`
-can read the names without importing the packages that own the entries. Each registry
+Layering: this module sits at the bottom (it imports only pydantic and `trainforge.errors`),
+so `config` can read the names without importing the packages that own the entries. Each registry
 names the modules that register its built-in entries (`builtins`); they are imported by
 name on the first lookup, the same way a plugin system reads entry points. Those modules
 must not import torch at module level, so config validation stays light: their heavy
