@@ -218,7 +218,7 @@ class DataConfig(Section):
         default_factory=dict,
         description="The dataset's own options, checked by its entry (see 'Dataset options' "
         "below): cifar10's download, image-folder's image_size, val_fraction and "
-        "skip_bad_images, digits' val_fraction. The flat spellings data.download, "
+        "skip_bad_images, digits' and text's val_fraction. The flat spellings data.download, "
         "data.image_size, data.val_fraction and data.skip_bad_images still work.",
     )
     dataloader_num_workers: int = Field(
