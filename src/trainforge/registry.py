@@ -8,24 +8,23 @@ kind or a profile is one file that calls `REGISTRY.register(name, entry)` (or us
 decorator); nothing else lists the names. The config schema checks allowed values, the web
 dialog offers choices and the docs list names by reading these registries.
 
-Layering: this module sits at the bottom (it imports only pydantic and `trainforge.errors`),
-so `config` can read the names without importing the packages that own the entries. Each registry
-names the modules that register its built-in entries (`builtins`); they are imported by
-name on the first lookup, the same way a plugin system reads entry points. Those modules
-must not import torch at module level, so config validation stays light: their heavy
-builders are named as "module:attribute" strings that `load_object` imports on use, and
-packages re-export their heavy names through `lazy_attributes`.
+Layering: this module sits at the bottom (it imports only `trainforge.errors`, so scripts
+that run without site-packages can import it), so `config` can read the names without
+importing the packages that own the entries. Each registry names the modules that register
+its built-in entries (`builtins`); they are imported by name on the first lookup, the same
+way a plugin system reads entry points. Those modules must not import torch at module level,
+so config validation stays light: their heavy builders are named as "module:attribute"
+strings that `load_object` imports on use, and packages re-export their heavy names through
+`lazy_attributes`.
 
 Entry types (defined by the owning package): optimizers and schedules are builder
 functions (`engine.optimizers`, `engine.schedule`); `data.catalog.DatasetEntry`,
 `tasks.catalog.TaskEntry`, `observe.loggers.LoggerEntry`, `export.formats.ExportFormat`,
 `profiles.ProfileEntry`.
 
-Options: an entry may own an options model (`options`, a frozen pydantic `Options` class:
-a dataset's `download`, an optimizer's `momentum`, an export format's `opset`). The config
-section or command line that picks the entry feeds it (`data.options`, `optimizer.args`,
-`logging.options.NAME`, `export --option k=v`); `check_options` validates the values
-against the entry's model and answers each problem in one line with a did-you-mean.
+Options: an entry may own an options model (`options`, a frozen `trainforge.options.Options`
+class: a dataset's `download`, an optimizer's `momentum`, an export format's `opset`), fed
+by the config section or command line that picks the entry (see `trainforge.options`).
 
 Libraries considered: `catalogue` (spaCy's registries) and Python entry points. Entry points
 need an installed distribution per plugin (a test's toy optimizer is not one); `catalogue`
@@ -39,8 +38,6 @@ import importlib
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, overload
-
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trainforge.errors import UserError
 
@@ -128,59 +125,6 @@ class Registry(Generic[T]):
                 f"(see docs/architecture.md, 'how to add a {self.kind}').",
             )
         return entry
-
-
-class Options(BaseModel):
-    """Base of an entry's own options: unknown keys are errors, values frozen once read."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NoOptions(Options):
-    """The options of an entry that takes none."""
-
-
-# One problem with an entry's options: (option name, the value given or None, the reason).
-Problem = tuple[str, Any, str]
-
-
-def options_model(entry: object) -> type[BaseModel]:
-    """The options model an entry (or builder function) owns; `NoOptions` when it has none."""
-    model = getattr(entry, "options", None)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else NoOptions
-
-
-def check_options(
-    model: type[BaseModel], given: Any, owner: str
-) -> tuple[BaseModel | None, list[Problem]]:
-    """`given` (a mapping, or a model instance already read) validated against `model`: the
-    options, or None with every problem found in one pass. `owner` names the entry
-    (`dataset cifar10`) in the reasons."""
-    if isinstance(given, model):
-        return given, []
-    if isinstance(given, BaseModel):
-        given = given.model_dump()
-    if given is None:
-        given = {}
-    if not isinstance(given, dict):
-        return None, [("", given, f"must be a mapping of option: value for {owner}")]
-    try:
-        return model.model_validate(given), []
-    except ValidationError as err:
-        return None, [_problem(model, given, item, owner) for item in err.errors()]
-
-
-def _problem(model: type[BaseModel], given: dict, item: Any, owner: str) -> Problem:
-    key = ".".join(str(p) for p in item["loc"])
-    known = list(model.model_fields)
-    if item["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        if close:
-            return key, None, f"unknown option of {owner}; did you mean {close[0]}?"
-        takes = f"its options: {', '.join(known)}" if known else "it takes no options"
-        return key, None, f"unknown option of {owner}; {takes}"
-    reason = str(item["msg"]).removeprefix("Value error, ")
-    return key, given.get(key) if key in given else None, f"{reason} ({owner})"
 
 
 def load_object(target: str | Any) -> Any:

@@ -12,7 +12,8 @@ from pydantic import Field
 
 from trainforge.data.catalog import AugmentDefaults, DatasetEntry
 from trainforge.data.memory import LoadedSplits, TensorImageDataset
-from trainforge.registry import DATASETS, Options
+from trainforge.options import Options
+from trainforge.registry import DATASETS
 
 NAME = "toy-stripes"
 SIDE = 4

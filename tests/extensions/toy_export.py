@@ -20,7 +20,8 @@ from trainforge.config.schema import RunConfig
 from trainforge.export.artifacts import CONFIG, ArtifactDir, TorchPredictor
 from trainforge.export.formats import ExportFormat
 from trainforge.export.kinds import kind_class
-from trainforge.registry import EXPORT_FORMATS, Options
+from trainforge.options import Options
+from trainforge.registry import EXPORT_FORMATS
 
 NAME = "toy-npz"
 RUNTIME = "numpy-npz"

@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import Field
 
 from trainforge.observe.loggers import LoggerEntry
-from trainforge.registry import LOGGERS, Options
+from trainforge.options import Options
+from trainforge.registry import LOGGERS
 
 NAME = "toy-memory"
 RECORDS: list[tuple[str, dict[str, float], int]] = []

@@ -10,7 +10,8 @@ import torch
 from pydantic import Field
 
 from trainforge.engine.optimizers import with_args
-from trainforge.registry import OPTIMIZERS, Options
+from trainforge.options import Options
+from trainforge.registry import OPTIMIZERS
 
 NAME = "toy-counting-sgd"
 

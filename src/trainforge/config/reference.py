@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from trainforge.config.schema import RunConfig, describe
+from trainforge.options import options_model
 from trainforge.registry import (
     DATASETS,
     EXPORT_FORMATS,
@@ -20,7 +21,6 @@ from trainforge.registry import (
     OPTIMIZERS,
     Registry,
     all_registries,
-    options_model,
 )
 
 INTRO = """# Configuration reference

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from trainforge.options import check_options, options_model
 from trainforge.registry import (
     CLASS_PATH,
     DATASETS,
@@ -38,8 +39,6 @@ from trainforge.registry import (
     SCHEDULES,
     TASKS,
     Registry,
-    check_options,
-    options_model,
 )
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from trainforge.registry import DATASETS, Options, load_object
+from trainforge.options import Options
+from trainforge.registry import DATASETS, load_object
 
 if TYPE_CHECKING:
     from trainforge.config.schema import DataConfig

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from trainforge.errors import UserError
-from trainforge.registry import CLASS_PATH, OPTIMIZERS, Options
+from trainforge.options import Options
+from trainforge.registry import CLASS_PATH, OPTIMIZERS
 
 if TYPE_CHECKING:
     import torch

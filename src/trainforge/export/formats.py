@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from trainforge.registry import EXPORT_FORMATS, Options, load_object
+from trainforge.options import Options
+from trainforge.registry import EXPORT_FORMATS, load_object
 
 if TYPE_CHECKING:
     from trainforge.export.artifacts import Artifact

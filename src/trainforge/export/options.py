@@ -19,8 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainforge.errors import UserError
-from trainforge.registry import EXPORT_FORMATS, options_model
-from trainforge.registry import check_options as check_entry_options
+from trainforge.options import check_options as check_entry_options
+from trainforge.options import options_model
+from trainforge.registry import EXPORT_FORMATS
 
 SOURCE_HINT = (
     "pass a run folder such as runs/NAME or a checkpoint such as runs/NAME/checkpoints/best_model"

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trainforge.errors import UserError
 from trainforge.observe.secrets import scrub
-from trainforge.registry import LOGGERS, Options
+from trainforge.options import Options
+from trainforge.registry import LOGGERS
 
 if TYPE_CHECKING:
     from trainforge.config.schema import LoggingConfig
