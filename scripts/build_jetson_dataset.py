@@ -17,8 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from trainforge.config.loading import leaf_paths
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, leaf_paths
 from trainforge.profiles import list_profiles, load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -362,7 +361,8 @@ def schema_records() -> list[dict]:
             continue
         section, field = path.split(".", 1)
         info = RunConfig.model_fields[section].annotation.model_fields[field]
-        default = "null" if info.default is None else json.dumps(info.default)
+        value = info.get_default(call_default_factory=True)
+        default = "null" if value is None else json.dumps(value)
         text = (info.description or "").strip()
         out.append(
             {

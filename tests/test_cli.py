@@ -157,7 +157,7 @@ def test_info_commands(cli, tmp_path):
     assert "file config/vit_digits.yaml" in lines["model.embedding_dim"]
     assert "flag --set training.seed" in lines["training.seed"]
     assert "profile cpu" in lines["data.pin_memory"]
-    assert "default" in lines["optimizer.adam_beta1"]
+    assert "default" in lines["optimizer.args.adam_beta1"]
     version = cli("--version")
     assert version.returncode == 0 and version.stdout.startswith("trainforge ")
     module = cli("--help")

@@ -8,18 +8,23 @@ kind or a profile is one file that calls `REGISTRY.register(name, entry)` (or us
 decorator); nothing else lists the names. The config schema checks allowed values, the web
 dialog offers choices and the docs list names by reading these registries.
 
-Layering: this module sits at the bottom (it imports only `trainforge.errors`), so `config`
-can read the names without importing the packages that own the entries. Each registry
-names the modules that register its built-in entries (`builtins`); they are imported by
-name on the first lookup, the same way a plugin system reads entry points. Those modules
-must not import torch at module level, so config validation stays light: their heavy
-builders are named as "module:attribute" strings that `load_object` imports on use, and
-packages re-export their heavy names through `lazy_attributes`.
+Layering: this module sits at the bottom (it imports only `trainforge.errors`, so scripts
+that run without site-packages can import it), so `config` can read the names without
+importing the packages that own the entries. Each registry names the modules that register
+its built-in entries (`builtins`); they are imported by name on the first lookup, the same
+way a plugin system reads entry points. Those modules must not import torch at module level,
+so config validation stays light: their heavy builders are named as "module:attribute"
+strings that `load_object` imports on use, and packages re-export their heavy names through
+`lazy_attributes`.
 
 Entry types (defined by the owning package): optimizers and schedules are builder
 functions (`engine.optimizers`, `engine.schedule`); `data.catalog.DatasetEntry`,
 `tasks.catalog.TaskEntry`, `observe.loggers.LoggerEntry`, `export.formats.ExportFormat`,
 `profiles.ProfileEntry`.
+
+Options: an entry may own an options model (`options`, a frozen `trainforge.options.Options`
+class: a dataset's `download`, an optimizer's `momentum`, an export format's `opset`), fed
+by the config section or command line that picks the entry (see `trainforge.options`).
 
 Libraries considered: `catalogue` (spaCy's registries) and Python entry points. Entry points
 need an installed distribution per plugin (a test's toy optimizer is not one); `catalogue`

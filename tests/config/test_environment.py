@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from trainforge.config.environment import ENV_FIELDS, environment_layer
-from trainforge.config.loading import leaf_paths
-from trainforge.config.schema import LoggingConfig, RunConfig
+from trainforge.config.schema import LoggingConfig, RunConfig, leaf_paths
 
 
 def test_every_tracker_variable_names_a_schema_field():

@@ -19,6 +19,7 @@ from tests.fakes.in_process import run_in_process
 
 from trainforge.config import get_dotted, load
 from trainforge.config.flags import ALIASES, flag_fields, leaf_types
+from trainforge.config.schema import owned_path
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = str(REPO / "config" / "vit_digits.yaml")
@@ -111,7 +112,7 @@ def test_every_trainer_name_is_a_flag_that_reaches_the_config(name, path, monkey
         monkeypatch, capsys, "config", "show", DIGITS, "--profile", "cpu", f"--{name}", value
     )
     assert code == 0, err
-    shown, source = show_rows(out)[path]
+    shown, source = show_rows(out)[owned_path(path)]  # an entry's option: where it lives
     assert (shown, source) == (_printed(path, value), f"flag --{name}"), (name, value)
 
 

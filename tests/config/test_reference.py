@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainforge.config.loading import leaf_paths
 from trainforge.config.reference import render
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, leaf_paths
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

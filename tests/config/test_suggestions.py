@@ -6,8 +6,7 @@ import pytest
 
 from trainforge.config import load
 from trainforge.config.errors import ALIASES, ConfigError, _known_paths, suggest_path
-from trainforge.config.loading import leaf_paths
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths
 
 
 def cpu_profile() -> tuple[str, str]:
@@ -41,7 +40,7 @@ def test_suggests_the_full_dotted_path(typed, meant):
 
 
 def test_every_alias_points_at_a_real_field():
-    fields = set(leaf_paths(RunConfig))
+    fields = set(leaf_paths(RunConfig)) | set(flat_alias_paths())  # old spellings work
     for word, targets in ALIASES.items():
         assert targets and set(targets) <= fields, word
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,9 @@ from fakes.tiny_lm import lm_corpus, tiny_gpt2  # noqa: F401  (fixtures of the b
 
 @dataclass
 class DataCfg:
-    """Same attributes as the run config's `data` section, with its defaults."""
+    """Same attributes as the run config's `data` section, with its defaults; the dataset's
+    own options are given flat (their old spelling) and read through `options` / `option()`
+    as the loaders read the real section."""
 
     dataset: str = "digits"
     root: str = "data"
@@ -28,6 +32,14 @@ class DataCfg:
     horizontal_flip: bool | None = None
     normalize_mean: list[float] | None = None
     normalize_std: list[float] | None = None
+
+    @property
+    def options(self) -> SimpleNamespace:
+        names = ("download", "image_size", "val_fraction", "skip_bad_images")
+        return SimpleNamespace(**{name: getattr(self, name) for name in names})
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return getattr(self.options, name, default)
 
 
 @pytest.fixture

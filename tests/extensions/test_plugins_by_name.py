@@ -1,6 +1,7 @@
 """Plugins by name: the toy dataset, optimizer, logger and export format, each one file outside
 `src/`, given to the real command line with `--extension FILE`, train a run, resume it with
-`--resume` alone (the run folder records them) and export it; the web app started with
+`--resume` alone (the run folder records them) and export it, each with its own options
+(data.options, optimizer.args, logging.options, export --option); the web app started with
 `--extension` offers the toy dataset in its dialog and hands the plugin to the runs it starts.
 A plugin that fails to import is one line naming it; a registry refuses a taken name.
 
@@ -11,6 +12,7 @@ in the process that loads it, and this test process imports the same toys as a p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +37,8 @@ TRAIN = [
     "--set", "schedule.warmup_steps=0", "--set", "checkpoint.save_every_epochs=null",
     "--set", "evaluation.eval_steps=4", "--set", "output.run_name=toy",
     "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
+    "--set", "data.options.count=32", "--set", "optimizer.args.nesterov=true",
+    "--set", "logging.options.toy-memory.every=3",
 ]  # fmt: skip
 
 
@@ -57,9 +61,27 @@ def test_a_run_with_plugin_files_trains_resumes_and_exports(tmp_path):
     assert "exact (bitwise: the same setup)" in resumed.stdout
     assert "done: finished after 6 steps" in resumed.stdout
 
-    exported = _cli(tmp_path, "export", "runs/toy", "--format", "toy-npz")
+    exported = _cli(
+        tmp_path, "export", "runs/toy", "--format", "toy-npz",
+        "--option", "dtype=float16", "--option", "compress=true",
+    )  # fmt: skip
     assert exported.returncode == 0, exported.stdout[-2000:] + exported.stderr[-2000:]
-    assert (tmp_path / "runs" / "toy" / "export" / "toy-npz").is_dir()
+    summary = json.loads((tmp_path / "runs/toy/export/toy-npz/summary.json").read_text())
+    assert summary["precision"] == "float16"
+    wrong = _cli(tmp_path, "export", "runs/toy", "--format", "toy-npz", "--option", "dtyp=float16")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines() == [
+        "--option dtyp=float16: unknown option of toy-npz. did you mean dtype?"
+    ]
+
+
+def test_a_wrong_plugin_option_is_one_line_with_the_nearest_name(tmp_path):
+    plugins = [arg for toy in TOYS for arg in ("--extension", str(toy))]
+    wrong = _cli(tmp_path, "config", "show", *plugins, *TRAIN, "--set", "data.options.nosie=3")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines() == [
+        "--set: data.options.nosie: unknown option of dataset toy-stripes; did you mean noise?"
+    ]
 
 
 def test_without_the_plugin_the_name_is_unknown_and_a_broken_one_is_one_line(tmp_path):

@@ -1,19 +1,23 @@
 """Acceptance: a dataset, an optimizer, a logger and an export format, each added by one file
 that only registers it, run end to end: a real (tiny) training run in this process, then an
 export of the finished run in the toy format, read back and benchmarked through its runtime.
+Each toy owns its options, given through data.options, optimizer.args, logging.options and
+the export's `--option` pairs; a wrong one is one line with the nearest name.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import zipfile
 
 import numpy as np
 import pytest
 
-from trainforge.config import validate
+from trainforge.config import ConfigError, validate
+from trainforge.errors import UserError
 from trainforge.export import export, find_artifacts, load_artifact
-from trainforge.export.options import ExportOptions, check_formats
+from trainforge.export.options import ExportOptions, check_format_options, check_formats
 from trainforge.hardware import detect
 from trainforge.registry import DATASETS, EXPORT_FORMATS, LOGGERS, OPTIMIZERS
 
@@ -68,6 +72,11 @@ def toy_run(toys, tmp_path_factory):
         "logging.tensorboard=false",
         "logging.progress_bar=false",
         "hardware.telemetry=false",
+        "data.options.count=48",
+        "data.options.noise=30",
+        "optimizer.args.momentum=0.5",
+        "optimizer.args.nesterov=true",
+        f"logging.options.{toys['toy_logger'].NAME}.every=2",
     ]
     platform = detect()
     resolved = validate(None, platform=platform, profile="cpu", overrides=overrides)
@@ -96,10 +105,63 @@ def test_a_run_trains_on_the_toy_dataset_with_the_toy_optimizer_and_logger(toys,
     assert [toy_run.run_dir.name] == logger.CLOSED
 
 
+def test_each_toy_received_its_own_options(toys, toy_run):
+    params = toys["toy_logger"].PARAMS[0]
+    assert (params["data.options.count"], params["data.options.noise"]) == (48, 30)
+    assert toys["toy_dataset"].LOADED[-1] == (48, 12)
+    args = toys["toy_optimizer"].BUILT_WITH[-1]
+    assert (args.momentum, args.nesterov) == (0.5, True)
+    # every=2: the logger keeps the 1st, 3rd, ... training record it is offered.
+    train_steps = [step for split, _, step in toys["toy_logger"].RECORDS if split == "train"]
+    offered = toys["toy_logger"].OFFERED
+    assert len(offered) >= 4 and train_steps == offered[::2]
+
+
+def _bad(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        validate(None, profile="cpu", overrides=list(overrides))
+    return str(caught.value)
+
+
+def test_a_wrong_option_is_one_line_with_the_nearest_name(toys):
+    dataset = f"data.dataset={toys['toy_dataset'].NAME}"
+    line = _bad(dataset, "data.options.cuont=3", "training.seed=-1")
+    assert "data.options.cuont: unknown option of dataset toy-stripes; did you mean count?" in line
+    assert "training.seed = -1" in line  # found in the same pass
+    line = _bad(dataset, "data.options.noise=500")
+    assert "data.options.noise = 500: Input should be less than or equal to 100" in line
+    optimizer = f"optimizer.name={toys['toy_optimizer'].NAME}"
+    line = _bad(dataset, optimizer, "optimizer.args.nesterv=true")
+    assert "optimizer.args.nesterv: unknown option of optimizer toy-counting-sgd; did you mean " \
+        "nesterov?" in line  # fmt: skip
+    line = _bad(dataset, f"logging.options.{toys['toy_logger'].NAME}.evry=2")
+    assert "logging.options.toy-memory.evry: unknown option of logger toy-memory; did you " \
+        "mean every?" in line  # fmt: skip
+    assert all(len(text.splitlines()) == 1 for text in (line,))
+    fmt = toys["toy_export"].NAME
+    with pytest.raises(
+        UserError,
+        match=r"--option compres=True: unknown option of toy-npz\. did you mean compress\?",
+    ):
+        check_format_options(ExportOptions(extra={"compres": True}), [fmt])
+    with pytest.raises(
+        UserError, match=r"--option dtype=int4: Input should be 'float32' or 'float16'"
+    ):
+        check_format_options(ExportOptions(extra={"dtype": "int4"}), [fmt])
+
+
 def test_the_finished_run_exports_in_the_toy_format_and_runs(toys, toy_run):
     fmt = toys["toy_export"]
-    (result,) = export(toy_run.run_dir, [fmt.NAME], ExportOptions(latency_runs=3))
+    options = ExportOptions(latency_runs=3, extra={"compress": True, "dtype": "float16"})
+    (result,) = export(toy_run.run_dir, [fmt.NAME], options)
     summary = result.summary
+    assert summary["precision"] == "float16"
+    with zipfile.ZipFile(result.folder / fmt.WEIGHTS) as archive:
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_DEFLATED}
+    with np.load(result.folder / fmt.WEIGHTS) as arrays:
+        assert {arrays[k].dtype for k in arrays.files if arrays[k].dtype.kind == "f"} == {
+            np.dtype("float16")
+        }
     assert (summary["format"], summary["runtime"]) == (fmt.NAME, fmt.RUNTIME)
     assert summary["metrics"]["accuracy"] == pytest.approx(summary["reference_metrics"]["accuracy"])
     assert (result.folder / fmt.WEIGHTS).is_file()

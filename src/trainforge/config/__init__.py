@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from trainforge.config.checks import check, image_shape
 from trainforge.config.errors import ConfigError, blame_problem
-from trainforge.config.loading import GUIDE_FLAGS, ResolvedConfig, get_dotted, leaf_paths, load
+from trainforge.config.loading import GUIDE_FLAGS, ResolvedConfig, get_dotted, load
 from trainforge.config.plan import Target, finalize, platform_target, profile_target
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, leaf_paths
 
 if TYPE_CHECKING:
     from trainforge.hardware import Platform

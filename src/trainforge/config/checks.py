@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, TaskConfig
 from trainforge.registry import DATASETS
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def image_shape(config: RunConfig) -> tuple[int, int]:
     """(side in pixels, channels) of the images the model will see (the dataset's entry)."""
     entry = DATASETS.get(config.data.dataset)
-    return entry.side(config.data.image_size), entry.channels or 3
+    return entry.side(config.data.option("image_size")), entry.channels or 3
 
 
 def check(config: RunConfig, target: Target | None = None) -> list[str]:
@@ -30,7 +30,8 @@ def check(config: RunConfig, target: Target | None = None) -> list[str]:
         _data_rules,
         _eval_rules,
         _output_rules,
-        _causal_lm_rules,
+        _task_rules,
+        _text_rules,
     ):
         problems.extend(rule(config))
     if target is not None:
@@ -80,22 +81,14 @@ def _schedule_rules(c: RunConfig) -> list[str]:
 
 
 def _data_rules(c: RunConfig) -> list[str]:
-    out = []
     d = c.data
     _, channels = image_shape(c)
     if d.normalize_mean is not None and len(d.normalize_mean) != channels:
-        out.append(
+        return [
             f"data.normalize_mean = {d.normalize_mean}: {d.dataset} images have {channels} "
             f"channel(s); give {channels} value(s) or remove it"
-        )
-    side = DATASETS.get(d.dataset).image_size
-    if side is not None and d.image_size is not None and d.image_size != side:
-        resized = [n for n, e in DATASETS.items() if e.channels and e.image_size is None]
-        out.append(
-            f"data.image_size = {d.image_size}: {d.dataset} images are {side}x{side}; "
-            f"remove data.image_size (it applies to {', '.join(resized)} only)"
-        )
-    return out
+        ]
+    return []
 
 
 def _eval_rules(c: RunConfig) -> list[str]:
@@ -142,25 +135,48 @@ def _plain_name(name: str) -> bool:
     )
 
 
-def _causal_lm_rules(c: RunConfig) -> list[str]:
+# The task a Hugging Face model (model.arch hf) and LoRA adapters train: the model families are
+# the schema's literals, not registry entries, so this one tie stays a name.
+HF_TASK = "causal-lm"
+
+
+def _task_rules(c: RunConfig) -> list[str]:
+    """The dataset's entry names the task that reads it (`DatasetEntry.task`)."""
+    kind, name = c.task.kind, c.data.dataset
+    entry = DATASETS.get(name)
     out = []
-    lm = c.task.kind == "causal-lm"
-    if lm and c.model.arch != "hf":
-        out.append(f"model.arch = {c.model.arch!r}: task causal-lm needs model.arch = 'hf'; set it")
-    if lm and c.data.dataset != "text":
+    if kind == HF_TASK and c.model.arch != "hf":
+        out.append(f"model.arch = {c.model.arch!r}: task {kind} needs model.arch = 'hf'; set it")
+    wants = {entry.task} - {kind}
+    if kind != HF_TASK and (c.model.arch == "hf" or c.lora.enabled):
+        wants.add(HF_TASK)
+    if wants and kind == TaskConfig.model_fields["kind"].default:
+        # The task was left at its default: the dataset (or model) says which one is meant.
+        why = [f"data.dataset {name}"] * (entry.task != kind)
+        why += ["model.arch hf"] * (c.model.arch == "hf") + ["lora"] * c.lora.enabled
         out.append(
-            f"data.dataset = {c.data.dataset!r}: task causal-lm reads text records; "
-            "set data.dataset=text and data.train_file"
+            f"task.kind = {kind!r}: {', '.join(why)} need task.kind = "
+            f"{' or '.join(repr(w) for w in sorted(wants))}; set it"
         )
-    if not lm and (c.model.arch == "hf" or c.data.dataset == "text" or c.lora.enabled):
+    elif entry.task != kind:
+        readers = [n for n, e in DATASETS.items() if e.task == kind]
+        read = f"{' or '.join(readers)} records" if readers else "no registered dataset"
+        train_file = (
+            " and data.train_file" if any(DATASETS.get(n).load is None for n in readers) else ""
+        )
         out.append(
-            f"task.kind = {c.task.kind!r}: model.arch hf, data.dataset text and lora need "
-            "task.kind = 'causal-lm'; set it"
+            f"data.dataset = {name!r}: task {kind} reads {read}; "
+            f"set data.dataset={readers[0] if readers else '...'}{train_file}"
         )
-    if lm and c.data.dataset == "text" and not c.data.train_file:
+    elif entry.load is None and not c.data.train_file:  # the task reads the dataset's files
         out.append(
-            "data.train_file is not set: task causal-lm needs a .json, .jsonl, .tsv or .csv file"
+            f"data.train_file is not set: task {kind} needs a .json, .jsonl, .tsv or .csv file"
         )
+    return out
+
+
+def _text_rules(c: RunConfig) -> list[str]:
+    out = []
     for field in ("train_file", "validation_file", "test_file"):
         value = getattr(c.data, field)
         if value and not value.lower().endswith(TEXT_SUFFIXES):

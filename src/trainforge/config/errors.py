@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainforge.config.schema import flat_alias_paths, leaf_paths
 from trainforge.errors import UserError
 
 
@@ -137,10 +138,9 @@ def _lookup(data: Any, loc: Sequence[Any]) -> Any:
 
 
 def _known_paths() -> list[str]:
-    from trainforge.config.loading import leaf_paths
     from trainforge.config.schema import RunConfig
 
-    paths = leaf_paths(RunConfig)
+    paths = leaf_paths(RunConfig) + flat_alias_paths()
     sections = sorted({p.split(".")[0] for p in paths})
     return paths + sections
 
@@ -192,12 +192,37 @@ def format_validation_error(
             fix = f"did you mean {hint}?" if hint else "remove it (see `trainforge config show`)"
             lines.append(f"{label}: {path}: unknown key; {fix}")
             continue
+        if kind == "entry_options":
+            lines.extend(_option_lines(item, path, label, data, sources or {}, names or {}))
+            continue
         value = _lookup(data, loc) if kind != "missing" else None
         reason = item["msg"].removeprefix("Value error, ")
         shown = f" = {value!r}" if value is not None and not isinstance(value, dict) else ""
-        if kind == "value_error" and not loc:
-            lines.append(f"{label}: {reason}")
+        if kind == "value_error" and (not loc or reason.startswith(path + ".")):
+            lines.append(f"{label}: {reason}")  # the reason names its own field
         else:
             where = blame(path, label, sources or {}, names or {})
             lines.append(f"{where}{shown}: {reason}")
+    return lines
+
+
+def _option_lines(
+    item: Any,
+    path: str,
+    label: str,
+    data: Any,
+    sources: Mapping[str, str],
+    names: Mapping[str, str],
+) -> list[str]:
+    """One line per problem an entry found with its options (`data.options.downlod: unknown
+    option of dataset cifar10; did you mean download?`)."""
+    lines = []
+    for key, value, reason in item["ctx"]["problems"]:
+        where = f"{path}.{key}" if key else path
+        if where not in sources:  # set by its old flat spelling (data.download), or below
+            flat = f"{path.rpartition('.')[0]}.{key}"
+            below = [s for s in sources if s.startswith(where + ".")]
+            where = flat if flat in sources else below[0] if below else where
+        shown = f" = {value!r}" if value is not None and not isinstance(value, dict) else ""
+        lines.append(f"{blame(where, label, sources, names)}{shown}: {reason}")
     return lines

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import OWNED_OPTIONS, RunConfig, flat_alias_types
 from trainforge.errors import UserError
 from trainforge.registry import LOGGERS
 
@@ -68,7 +68,8 @@ KEPT_LOGGERS = ("jsonl",)
 
 @functools.cache
 def leaf_types() -> dict[str, Any]:
-    """Dotted path -> annotation of every leaf field."""
+    """Dotted path -> annotation of every leaf field, and of the old flat spellings of the
+    built-in entries' options (`data.val_fraction`, `optimizer.momentum`)."""
     out: dict[str, Any] = {}
 
     def walk(model: type, prefix: str) -> None:
@@ -80,7 +81,7 @@ def leaf_types() -> dict[str, Any]:
                 out[f"{prefix}{name}"] = ann
 
     walk(RunConfig, "")
-    return out
+    return {**out, **flat_alias_types()}
 
 
 @functools.cache
@@ -88,7 +89,7 @@ def flag_fields() -> dict[str, str]:
     """Flag name -> dotted field, for every unique leaf name plus the aliases."""
     by_name: dict[str, list[str]] = {}
     for path in leaf_types():
-        if "." in path:
+        if "." in path and path not in OWNED_OPTIONS:
             by_name.setdefault(path.rsplit(".", 1)[1], []).append(path)
     fields = {name: paths[0] for name, paths in by_name.items() if len(paths) == 1}
     return {**fields, **ALIASES}

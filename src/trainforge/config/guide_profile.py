@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths
 from trainforge.errors import UserError
 
 # Flat guide key -> run config field.
@@ -52,10 +52,9 @@ def guide_names(data: Mapping[str, Any]) -> dict[str, str]:
 
 def training_argument_fields() -> dict[str, str]:
     """TrainingArguments-style name -> dotted field, for every unambiguous leaf name."""
-    from trainforge.config.loading import leaf_paths
 
     by_name: dict[str, list[str]] = {}
-    for path in leaf_paths(RunConfig):
+    for path in leaf_paths(RunConfig) + flat_alias_paths():
         if "." in path:
             by_name.setdefault(path.rsplit(".", 1)[1], []).append(path)
     return {name: paths[0] for name, paths in by_name.items() if len(paths) == 1}

@@ -25,7 +25,14 @@ from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
 from trainforge.config.flags import flag_fields
 from trainforge.config.guide_profile import from_guide_profile, guide_names
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import (
+    OWNED_OPTIONS,
+    RunConfig,
+    flat_alias_paths,
+    leaf_paths,
+    owned_path,
+    value_paths,
+)
 from trainforge.errors import UserError
 from trainforge.profiles import Profile, load_profile
 
@@ -269,27 +276,16 @@ def _detect_profile() -> tuple[str, str]:
 
 
 def _check_known_path(key: str, origin: str) -> None:
-    fields = leaf_paths(RunConfig)
+    fields = leaf_paths(RunConfig) + flat_alias_paths()
     sections = {k.split(".")[0] for k in fields}
-    if key in fields or key in sections:
+    owned = any(key.startswith(where + ".") for where in OWNED_OPTIONS)  # the entry checks it
+    if key in fields or key in sections or owned:
         return
     hint = suggest_path(key, sorted(fields))
     raise UserError(
         f"{origin} {key}: unknown config field",
         f"did you mean {hint}?" if hint else "see `trainforge config show` for the fields",
     )
-
-
-def leaf_paths(model: type, prefix: str = "") -> list[str]:
-    """Dotted paths of every leaf field of a pydantic model class."""
-    out: list[str] = []
-    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
-        ann = info.annotation
-        if isinstance(ann, type) and hasattr(ann, "model_fields"):
-            out.extend(leaf_paths(ann, f"{prefix}{name}."))
-        else:
-            out.append(f"{prefix}{name}")
-    return out
 
 
 def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
@@ -318,11 +314,29 @@ def _merge(
 
 
 def _complete_sources(config: RunConfig, sources: dict[str, str]) -> dict[str, str]:
-    return {path: sources.get(path, "default") for path in leaf_paths(type(config))}
+    """Every value's source; an entry's option set by its old flat spelling
+    (`data.download` for `data.options.download`) has that spelling's source."""
+
+    def source(path: str) -> str:
+        where, _, option = path.rpartition(".")
+        if where in OWNED_OPTIONS and path not in sources:
+            flat = f"{where.rpartition('.')[0]}.{option}"
+            return sources.get(flat, sources.get(where, "default"))
+        return sources.get(path, "default")
+
+    return {path: source(path) for path in value_paths(config)}
 
 
 def get_dotted(config: RunConfig, path: str) -> Any:
+    """The value at `path`; an old flat spelling (`data.download`) reads the entry's option
+    (None where the entry has no such option)."""
     node: Any = config
-    for part in path.split("."):
-        node = getattr(node, part)
+    owned = owned_path(path)
+    for part in owned.split("."):
+        if isinstance(node, dict):
+            node = node[part]
+        elif owned != path and part == owned.rpartition(".")[2]:
+            return getattr(node, part, None)
+        else:
+            node = getattr(node, part)
     return node

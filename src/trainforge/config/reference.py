@@ -1,6 +1,7 @@
 """The configuration reference (docs/configuration.md), generated from the schema itself
-and from the registries (`trainforge.registry`): every section's fields, then every name each
-extension point knows with its one-line description.
+and from the registries (`trainforge.registry`): every section's fields, every name each
+extension point knows with its one-line description, then the options each entry owns
+(`data.options`, `optimizer.args`, `logging.options.NAME`, `export --option`).
 
 A test fails when the file is stale; regenerate with `python -m trainforge.config.reference`.
 """
@@ -9,8 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from trainforge.config.schema import RunConfig, describe
-from trainforge.registry import all_registries
+from trainforge.options import options_model
+from trainforge.registry import (
+    DATASETS,
+    EXPORT_FORMATS,
+    LOGGERS,
+    OPTIMIZERS,
+    Registry,
+    all_registries,
+)
 
 INTRO = """# Configuration reference
 
@@ -47,19 +58,54 @@ def render() -> str:
         annotation = info.annotation
         if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
             lines.append(f"\n## `{name}`\n")
-            lines.append("| field | type | default | meaning |")
-            lines.append("|---|---|---|---|")
-            for field, finfo in annotation.model_fields.items():
-                default = finfo.default
-                shown = "null" if default is None else default
-                kind = _type_name(finfo.annotation).replace("|", "\\|")
-                lines.append(
-                    f"| `{name}.{field}` | `{kind}` | `{shown}` | {finfo.description or ''} |"
-                )
+            lines.extend(field_table(annotation, f"{name}."))
         else:
             lines.append(f"\n`{name}` (top level, default `{info.default}`): {info.description}\n")
     lines.extend(registry_lines())
+    lines.extend(options_lines())
     return "\n".join(lines).rstrip() + "\n"
+
+
+def field_table(model: type[BaseModel], prefix: str) -> list[str]:
+    """A markdown table of `model`'s fields: dotted name, type, default, meaning."""
+    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for field, finfo in model.model_fields.items():
+        default = finfo.get_default(call_default_factory=True)
+        shown = "null" if default is None else default
+        kind = _type_name(finfo.annotation).replace("|", "\\|")
+        if kind == "Any":
+            kind = "mapping"
+        lines.append(f"| `{prefix}{field}` | `{kind}` | `{shown}` | {finfo.description or ''} |")
+    return lines
+
+
+# Each registry whose entries own options -> (heading, where the options are given).
+OWNERS: list[tuple[Registry, str, str]] = [
+    (DATASETS, "Dataset options", "data.options."),
+    (OPTIMIZERS, "Optimizer arguments", "optimizer.args."),
+    (LOGGERS, "Logger options", "logging.options.{name}."),
+    (EXPORT_FORMATS, "Export format options", "--option "),
+]
+
+
+def options_lines() -> list[str]:
+    """Every registered entry's own options, under the key that feeds them."""
+    lines = []
+    for registry, heading, where in OWNERS:
+        lines.append(f"\n## {heading}\n")
+        lines.append(
+            f"What each {registry.kind} takes (its entry's options model; an unknown key is "
+            "an error with the nearest name)."
+        )
+        owners = [
+            (n, options_model(e)) for n, e in registry.items() if options_model(e).model_fields
+        ]
+        for name, model in owners:
+            lines.append(f"\n### {registry.kind} `{name}`\n")
+            lines.extend(field_table(model, where.format(name=name)))
+        if not owners:
+            lines.append(f"\nNo built-in {registry.kind} takes options.")
+    return lines
 
 
 def registry_lines() -> list[str]:

@@ -5,6 +5,13 @@ A run config says *what* to train; a hardware profile (see `trainforge.profiles`
 `TrainingArguments` where one exists, so users coming from the Trainer read them at once.
 Each field's description is its documentation (units included); `trainforge config show`
 and docs/configuration.md are generated from them.
+
+An extension's own options are not listed here: the entry that `data.dataset`,
+`optimizer.name` or a logger's name picks owns an options model (`trainforge.registry`),
+and its section holds a mapping the entry validates (`data.options`, `optimizer.args`,
+`logging.options`). The fields the built-ins had here before keep working in their old flat
+spelling (`data.download`, `optimizer.momentum`): they move into the mapping when the entry
+takes them and are left out, as they always had no effect, when it does not.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
+from trainforge.options import check_options, options_model
 from trainforge.registry import (
     CLASS_PATH,
     DATASETS,
@@ -58,6 +68,43 @@ def describe(entry: object) -> str:
     """An entry's one-line description (its `description`, else its docstring's first line)."""
     text = getattr(entry, "description", None) or (getattr(entry, "__doc__", None) or "")
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def owned_options(registry: Registry, name: str | None, given: Any) -> Any:
+    """`given` read by the options model of `registry`'s entry `name`; each problem becomes
+    one line of the config error (`entry_options`, formatted in `config.errors`). With no
+    entry (the name itself is wrong, and reported there) the value stays as given."""
+    entry = registry.find(name) if isinstance(name, str) else None
+    if entry is None:
+        return given
+    options, problems = check_options(options_model(entry), given, f"{registry.kind} {name}")
+    if options is None:
+        raise PydanticCustomError("entry_options", "invalid options", {"problems": problems})
+    return options
+
+
+def fold_flat(
+    data: Any, aliases: tuple[str, ...], target: str, registry: Registry, key: str, default: str
+) -> Any:
+    """A section's old flat spellings (`data.download`) moved into its options mapping
+    (`data.options.download`) when the entry picked by `key` takes them; left out when it
+    does not (they never applied to it). A value in the mapping wins over a flat one."""
+    if not isinstance(data, dict) or not any(alias in data for alias in aliases):
+        return data
+    data = dict(data)
+    name = data.get(key, default)
+    entry = registry.find(name) if isinstance(name, str) else None
+    takes = set(options_model(entry).model_fields) if entry is not None else set(aliases)
+    given = data.get(target)
+    options = dict(given) if isinstance(given, dict) else {}
+    for alias in aliases:
+        if alias in data:
+            value = data.pop(alias)
+            if alias in takes:
+                options.setdefault(alias, value)
+    if given is None or isinstance(given, dict):
+        data[target] = options
+    return data
 
 
 class Section(BaseModel):
@@ -166,17 +213,12 @@ class DataConfig(Section):
         True, description="text: render records with the tokenizer's chat template if it has one."
     )
     root: str = Field("data/cifar10", description="Folder holding the data set files.")
-    download: bool = Field(True, description="cifar10: download into root when files are missing.")
-    image_size: int | None = Field(
-        None, ge=4, description="image-folder: square resize target in pixels (default 32)."
-    )
-    val_fraction: float = Field(
-        0.2, gt=0.0, lt=1.0, description="Held-out share for digits and image-folder without val/."
-    )
-    skip_bad_images: bool = Field(
-        False,
-        description="image-folder: leave out images that do not decode (counted) instead of "
-        "refusing the data set.",
+    options: Any = Field(
+        default_factory=dict,
+        description="The dataset's own options, checked by its entry (see 'Dataset options' "
+        "below): cifar10's download, image-folder's image_size, val_fraction and "
+        "skip_bad_images, digits' and text's val_fraction. The flat spellings data.download, "
+        "data.image_size, data.val_fraction and data.skip_bad_images still work.",
     )
     dataloader_num_workers: int = Field(
         0, ge=0, le=64, description="Loader worker processes (0: load in the main process)."
@@ -199,6 +241,21 @@ class DataConfig(Section):
         None, description="Per-channel std (None: data set default)."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_options(cls, data: Any) -> Any:
+        _fixed_size_refusal(data)
+        return fold_flat(data, DATA_FLAT, "options", DATASETS, "dataset", "cifar10")
+
+    @field_validator("options")
+    @classmethod
+    def _dataset_options(cls, value: Any, info: ValidationInfo) -> Any:
+        return owned_options(DATASETS, info.data.get("dataset"), value)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The dataset's option `name` (`default` when its entry has no such option)."""
+        return getattr(self.options, name, default)
+
     @model_validator(mode="after")
     def _check_normalisation(self) -> DataConfig:
         if (self.normalize_mean is None) != (self.normalize_std is None):
@@ -212,6 +269,25 @@ class DataConfig(Section):
         return self
 
 
+# The dataset options that were flat fields of `data` before the entries owned them.
+DATA_FLAT = ("download", "image_size", "val_fraction", "skip_bad_images")
+
+
+def _fixed_size_refusal(data: Any) -> None:
+    """A flat `data.image_size` for a dataset of fixed size is refused, as it always was."""
+    if not isinstance(data, dict) or data.get("image_size") is None:
+        return
+    name = data.get("dataset", "cifar10")
+    entry = DATASETS.find(name) if isinstance(name, str) else None
+    side = getattr(entry, "image_size", None)
+    if side is not None and data["image_size"] != side:
+        resized = [n for n, e in DATASETS.items() if e.channels and e.image_size is None]
+        raise ValueError(
+            f"data.image_size = {data['image_size']}: {name} images are {side}x{side}; "
+            f"remove data.image_size (it applies to {', '.join(resized)} only)"
+        )
+
+
 class OptimizerConfig(Section):
     name: str = Field(
         "adamw",
@@ -223,14 +299,13 @@ class OptimizerConfig(Section):
     )
     learning_rate: float = Field(3e-4, gt=0.0, le=10.0, description="Peak learning rate.")
     weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
-    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
-    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
-    adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
-    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum (optimizer.name: sgd).")
-    fused: bool | None = Field(
-        None,
-        description="AdamW's fused kernel (None: on for CUDA and CPU, off for FSDP-sharded "
-        "parameters; false: torch's per-tensor loop).",
+    args: Any = Field(
+        default_factory=dict,
+        description="The optimizer's own arguments, checked by its builder (see 'Optimizer "
+        "arguments' below): adamw's adam_beta1, adam_beta2, adam_epsilon and fused, sgd's "
+        "momentum; a class path's keyword arguments (e.g. {alpha: 0.9} for "
+        "torch.optim.RMSprop), checked against its signature when it is built. The flat "
+        "spellings optimizer.adam_beta1, ... optimizer.momentum still work.",
     )
     lr_scaling: Literal["linear", "sqrt", "none"] = Field(
         "linear",
@@ -251,6 +326,27 @@ class OptimizerConfig(Section):
         "the schema's default batch is no batch anyone tuned a rate for).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_args(cls, data: Any) -> Any:
+        return fold_flat(data, OPTIMIZER_FLAT, "args", OPTIMIZERS, "name", "adamw")
+
+    @field_validator("args")
+    @classmethod
+    def _builder_args(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.data.get("name")
+        if name is not None and name not in OPTIMIZERS:  # a class path: its signature decides
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ValueError("must be a mapping of argument: value, e.g. {alpha: 0.9}")
+            return dict(value)
+        return owned_options(OPTIMIZERS, name, value)
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        """The optimizer's argument `name` (`default` when its builder has no such one)."""
+        if isinstance(self.args, dict):
+            return self.args.get(name, default)
+        return getattr(self.args, name, default)
+
     @field_validator("name")
     @classmethod
     def _known_optimizer(cls, value: str) -> str:
@@ -260,6 +356,10 @@ class OptimizerConfig(Section):
                 f"{OPTIMIZERS.unknown_message(value)}, or a class path such as torch.optim.RMSprop"
             )
         return value
+
+
+# The optimizer arguments that were flat fields of `optimizer` before the builders owned them.
+OPTIMIZER_FLAT = ("adam_beta1", "adam_beta2", "adam_epsilon", "momentum", "fused")
 
 
 class ScheduleConfig(Section):
@@ -470,10 +570,39 @@ class LoggingConfig(Section):
         "More loggers: trainforge.registry.LOGGERS.register.",
     )
 
+    options: dict[str, Any] = Field(
+        {},
+        description="Each logger's own options by its name, checked by its entry (see "
+        "'Logger options' below), e.g. {my-logger: {every: 10}}.",
+    )
+
     @field_validator("loggers")
     @classmethod
     def _known_loggers(cls, value: list[str]) -> list[str]:
         return [registered(LOGGERS, name) for name in value]
+
+    @field_validator("options")
+    @classmethod
+    def _logger_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        problems: list[tuple[str, Any, str]] = []
+        for name, given in value.items():
+            if name not in LOGGERS:
+                problems.append((name, None, LOGGERS.unknown_message(name)))
+                continue
+            model = options_model(LOGGERS.find(name))
+            options, found = check_options(model, given, f"logger {name}")
+            out[name] = options
+            problems.extend((f"{name}.{key}".rstrip("."), v, why) for key, v, why in found)
+        if problems:
+            raise PydanticCustomError("entry_options", "invalid options", {"problems": problems})
+        return out
+
+    def options_for(self, name: str) -> Any:
+        """Logger `name`'s options: as given in `options`, else its model's defaults."""
+        if name in self.options:
+            return self.options[name]
+        return options_model(LOGGERS.find(name))()
 
     progress_interval_s: float = Field(
         30.0,
@@ -610,3 +739,74 @@ class RunConfig(Section):
     output: OutputConfig = OutputConfig()
     hardware: HardwareConfig = HardwareConfig()
     lora: LoraConfig = LoraConfig()
+
+
+def leaf_paths(model: type, prefix: str = "") -> list[str]:
+    """Dotted paths of every leaf field of a pydantic model class (an entry's options
+    mapping, such as `data.options`, is one leaf: its fields depend on the entry)."""
+    out: list[str] = []
+    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, Section):
+            out.extend(leaf_paths(ann, f"{prefix}{name}."))
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+# Options mappings -> the old flat spellings they took over (`--set data.download=false`).
+OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "data.options": DATA_FLAT,
+    "optimizer.args": OPTIMIZER_FLAT,
+    "logging.options": (),
+}
+
+
+def flat_alias_paths() -> list[str]:
+    """The old flat spellings that still work (`data.download`, `optimizer.momentum`)."""
+    return [
+        f"{where.rpartition('.')[0]}.{alias}"
+        for where, aliases in OWNED_OPTIONS.items()
+        for alias in aliases
+    ]
+
+
+def owned_path(path: str) -> str:
+    """Where an old flat spelling lives now (`data.download` -> `data.options.download`);
+    any other path as it is."""
+    section, _, leaf = path.rpartition(".")
+    for where, aliases in OWNED_OPTIONS.items():
+        if where.rpartition(".")[0] == section and leaf in aliases:
+            return f"{where}.{leaf}"
+    return path
+
+
+def flat_alias_types() -> dict[str, Any]:
+    """Old flat spelling -> its type, as the built-in entry that owns it declares it."""
+    owners = {"data.options": DATASETS, "optimizer.args": OPTIMIZERS}
+    out: dict[str, Any] = {}
+    for where, registry in owners.items():
+        section = where.rpartition(".")[0]
+        for _, entry in registry.items():
+            for name, info in options_model(entry).model_fields.items():
+                if name in OWNED_OPTIONS[where]:
+                    out.setdefault(f"{section}.{name}", info.annotation)
+    return out
+
+
+def value_paths(config: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of every value of a config instance, an entry's options expanded to
+    their own fields (`data.options.download`): what `trainforge config show` lists."""
+    out: list[str] = []
+    for name in type(config).model_fields:
+        value = getattr(config, name)
+        path = f"{prefix}{name}"
+        if isinstance(value, Section):
+            out.extend(value_paths(value, path + "."))
+        elif path in OWNED_OPTIONS and isinstance(value, BaseModel):
+            out.extend(f"{path}.{field}" for field in type(value).model_fields)
+        elif path in OWNED_OPTIONS and isinstance(value, dict) and value:
+            out.extend(f"{path}.{key}" for key in value)
+        else:
+            out.append(path)
+    return out

@@ -72,9 +72,10 @@ def _field_lines(section: str, name: str, info: Any, profile: Profile) -> list[s
         lines.append(f"  # {name}: {render_value(profile_value)}   # set by profile {profile.name}")
     elif f"{section}.{name}" in env:
         var = env[f"{section}.{name}"]
-        lines.append(f"  # {name}: {render_value(info.default)}   # or the environment: {var}")
+        default = render_value(info.get_default(call_default_factory=True))
+        lines.append(f"  # {name}: {default}   # or the environment: {var}")
     else:
-        lines.append(f"  {name}: {render_value(info.default)}")
+        lines.append(f"  {name}: {render_value(info.get_default(call_default_factory=True))}")
     return lines
 
 

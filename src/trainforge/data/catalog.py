@@ -2,10 +2,12 @@
 
 This module owns what the rest of trainforge knows about a dataset before loading it: its
 image shape (channels, side, classes where fixed), its augmentation defaults, which task
-reads it, whether the web dialog offers it as an image dataset, and its loader. The config
-checks, the web dialog, the docs and `data.build` read these entries; nothing else lists
-dataset names. Adding a dataset is one file that defines a loader
-(`DataConfig -> LoadedSplits`) and calls `DATASETS.register(name, DatasetEntry(...))`.
+reads it, whether the web dialog offers it as an image dataset, its own options and its
+loader. The config checks, the web dialog, the docs and `data.build` read these entries;
+nothing else lists dataset names. Adding a dataset is one file that defines a loader
+(`DataConfig -> LoadedSplits`), optionally an options model (an `Options` subclass: the
+keys `data.options` takes, read back with `cfg.option(name)` or `cfg.options.NAME`), and
+calls `DATASETS.register(name, DatasetEntry(...))`.
 
 Loaders of the built-ins are named as "module:function" strings and imported on use: this
 module imports no torch, so `trainforge validate` stays light. Library considered: the
@@ -18,13 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
+from trainforge.options import Options
 from trainforge.registry import DATASETS, load_object
 
 if TYPE_CHECKING:
     from trainforge.config.schema import DataConfig
     from trainforge.data.memory import LoadedSplits
 
-# Square side of image-folder images when data.image_size is unset.
+# Square side of image-folder images when the image_size option is unset.
 DEFAULT_IMAGE_SIZE = 32
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -51,17 +56,49 @@ class DatasetEntry:
     task: str = "image-classification"  # the task.kind that trains on it
     image: bool = True  # an image dataset: offered by the web dialog's dataset choice
     channels: int | None = None  # image channels (None: not an image dataset)
-    image_size: int | None = None  # fixed square side in pixels (None: data.image_size)
+    image_size: int | None = None  # fixed square side in pixels (None: the image_size option)
     num_classes: int | None = None  # fixed class count (None: read from the files)
     augment: AugmentDefaults | None = None  # None: no augmentation defaults (not images)
+    options: type[Options] | None = None  # what `data.options` takes (None: nothing)
 
     def load_splits(self, cfg: DataConfig) -> LoadedSplits:
         assert self.load is not None, "load_splits on a dataset without a loader"
         return load_object(self.load)(cfg)
 
-    def side(self, configured: int | None) -> int:
-        """The square side of the images the model sees, given `data.image_size`."""
+    def side(self, configured: int | None = None) -> int:
+        """The square side of the images the model sees, given the `image_size` option."""
         return self.image_size or configured or DEFAULT_IMAGE_SIZE
+
+
+class SplitOptions(Options):
+    """A dataset split into training and validation here: the held-out share."""
+
+    val_fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="Held-out share for validation (a fixed, seeded split)."
+    )
+
+
+class CifarOptions(Options):
+    download: bool = Field(True, description="Download into data.root when files are missing.")
+
+
+class ImageFolderOptions(SplitOptions):
+    image_size: int | None = Field(
+        None,
+        ge=4,
+        description=f"Square resize target in pixels (default {DEFAULT_IMAGE_SIZE}).",
+    )
+    skip_bad_images: bool = Field(
+        False,
+        description="Leave out images that do not decode (counted) instead of refusing the "
+        "data set.",
+    )
+    val_fraction: float = Field(
+        0.2,
+        gt=0.0,
+        lt=1.0,
+        description="Held-out share of the images when the folder has no val/.",
+    )
 
 
 def image_dataset_names() -> list[str]:
@@ -83,6 +120,7 @@ DATASETS.register(
         augment=AugmentDefaults(
             crop_padding_px=1, horizontal_flip=False, mean=(0.3053,), std=(0.3759,)
         ),
+        options=SplitOptions,
     ),
 )
 DATASETS.register(
@@ -95,17 +133,19 @@ DATASETS.register(
         channels=3,
         image_size=32,
         num_classes=10,
+        options=CifarOptions,
     ),
 )
 DATASETS.register(
     "image-folder",
     DatasetEntry(
         "class-per-subfolder images under data.root (train/ and val/, or one folder split "
-        "by val_fraction), resized to data.image_size",
+        "by val_fraction), resized to image_size",
         "trainforge.data.image_folder:splits_from_config",
         channels=3,
         # ImageNet statistics: the usual choice for photos of unknown origin.
         augment=AugmentDefaults(4, True, IMAGENET_MEAN, IMAGENET_STD),
+        options=ImageFolderOptions,
     ),
 )
 DATASETS.register(
@@ -116,5 +156,6 @@ DATASETS.register(
         None,
         task="causal-lm",
         image=False,
+        options=SplitOptions,  # without data.validation_file
     ),
 )

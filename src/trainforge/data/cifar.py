@@ -30,7 +30,7 @@ _CORRUPT_ERRORS = (pickle.UnpicklingError, EOFError, KeyError, ValueError, Index
 
 def splits_from_config(cfg: DataConfig) -> LoadedSplits:
     """The `cifar10` entry's loader (see `trainforge.data.catalog`)."""
-    return load_cifar10_splits(cfg.root, bool(cfg.download))
+    return load_cifar10_splits(cfg.root, bool(cfg.option("download", True)))
 
 
 def load_cifar10_splits(root: str, download: bool) -> LoadedSplits:

@@ -57,7 +57,7 @@ def read_digits() -> tuple[np.ndarray, np.ndarray]:
 
 def splits_from_config(cfg: DataConfig) -> LoadedSplits:
     """The `digits` entry's loader (see `trainforge.data.catalog`)."""
-    return load_digits_splits(cfg.val_fraction)
+    return load_digits_splits(cfg.option("val_fraction", 0.2))
 
 
 def load_digits_splits(val_fraction: float) -> LoadedSplits:

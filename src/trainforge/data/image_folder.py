@@ -69,7 +69,8 @@ class ImageFileDataset(Dataset):
 
 def splits_from_config(cfg: DataConfig) -> LoadedSplits:
     """The `image-folder` entry's loader (see `trainforge.data.catalog`)."""
-    return load_image_folder_splits(cfg.root, cfg.image_size, cfg.val_fraction, cfg.skip_bad_images)
+    o = cfg.options
+    return load_image_folder_splits(cfg.root, o.image_size, o.val_fraction, o.skip_bad_images)
 
 
 def load_image_folder_splits(

@@ -223,7 +223,7 @@ def validate_text_data(cfg: Any) -> dict[str, list]:
     if cfg.validation_file:
         val = read_records(cfg.validation_file, "data.validation_file", header)
     else:
-        train_idx, val_idx = fixed_split_indices(len(train), cfg.val_fraction)
+        train_idx, val_idx = fixed_split_indices(len(train), cfg.option("val_fraction", 0.2))
         train, val = [train[i] for i in train_idx], [train[i] for i in val_idx]
     splits = {"train": train, "val": val}
     if cfg.test_file:

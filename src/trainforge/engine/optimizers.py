@@ -10,8 +10,11 @@ exactly the parameter groups and optimizer state the run will have. It owns:
   "adamw" (AdamW as in the ViT guide, the fused kernel where it applies) and "sgd" (with
   `optimizer.momentum`). A project or a test registers its own with
   `@OPTIMIZERS.register("name")`;
+- each builder's own arguments: an `Options` model set as the builder's `options`
+  attribute (`@with_args(Model)`), fed from `optimizer.args` and checked with the config;
 - a dotted class path as the name (`torch.optim.RMSprop`, or any importable subclass of
-  `torch.optim.Optimizer`), built with the learning rate and the same groups.
+  `torch.optim.Optimizer`), built with the learning rate, the same groups and
+  `optimizer.args` as keyword arguments (checked against its signature when it is built).
 
 Libraries considered: litgpt names the optimizer by its class path (`torch.optim.AdamW`
 plus init args), which the class-path form here follows; timm's `create_optimizer_v2`
@@ -29,7 +32,10 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from trainforge.errors import UserError
+from trainforge.options import Options
 from trainforge.registry import CLASS_PATH, OPTIMIZERS
 
 if TYPE_CHECKING:
@@ -43,6 +49,31 @@ ParamGroups = list[dict[str, Any]]
 Builder = Callable[
     ["ParamGroups", "OptimizerConfig", "torch.device", bool], "torch.optim.Optimizer"
 ]
+
+
+def with_args(model: type[Options]) -> Callable[[Builder], Builder]:
+    """Decorator: `model` is the builder's options (what `optimizer.args` takes)."""
+
+    def attach(builder: Builder) -> Builder:
+        builder.options = model  # type: ignore[attr-defined]
+        return builder
+
+    return attach
+
+
+class AdamWArgs(Options):
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW β1.")
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0, description="AdamW β2.")
+    adam_epsilon: float = Field(1e-8, gt=0.0, description="AdamW ε.")
+    fused: bool | None = Field(
+        None,
+        description="AdamW's fused kernel (None: on for CUDA and CPU, off for FSDP-sharded "
+        "parameters; false: torch's per-tensor loop).",
+    )
+
+
+class SGDArgs(Options):
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum.")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> ParamGroups:
@@ -72,6 +103,7 @@ def build_optimizer(
 
 
 @OPTIMIZERS.register("adamw")
+@with_args(AdamWArgs)
 def _adamw(
     groups: ParamGroups, o: OptimizerConfig, device: torch.device, sharded: bool
 ) -> torch.optim.Optimizer:
@@ -81,26 +113,28 @@ def _adamw(
     # AdamW's fused kernel: one pass over each tensor instead of a dozen (1.27x the
     # samples/s of the per-tensor loop for a tiny MLP on CPU, `make bench`); sharded
     # (DTensor) parameters keep torch's default implementation.
-    fused = o.fused
+    args: AdamWArgs = o.args
+    fused = args.fused
     if fused is None:
         fused = device.type in ("cuda", "cpu") and not sharded
     return torch.optim.AdamW(
         groups,
         lr=o.learning_rate,
-        betas=(o.adam_beta1, o.adam_beta2),
-        eps=o.adam_epsilon,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
         fused=fused or None,
     )
 
 
 @OPTIMIZERS.register("sgd")
+@with_args(SGDArgs)
 def _sgd(
     groups: ParamGroups, o: OptimizerConfig, device: torch.device, sharded: bool
 ) -> torch.optim.Optimizer:
     """SGD with momentum (optimizer.momentum)."""
     import torch
 
-    return torch.optim.SGD(groups, lr=o.learning_rate, momentum=o.momentum)
+    return torch.optim.SGD(groups, lr=o.learning_rate, momentum=o.args.momentum)
 
 
 def _class_builder(path: str) -> Builder:
@@ -120,6 +154,29 @@ def _class_builder(path: str) -> Builder:
     def build(
         groups: ParamGroups, o: OptimizerConfig, device: torch.device, sharded: bool
     ) -> torch.optim.Optimizer:
-        return cls(groups, lr=o.learning_rate)
+        args = dict(o.args)
+        _check_class_args(path, cls, args)
+        return cls(groups, **{"lr": o.learning_rate, **args})
 
     return build
+
+
+def _check_class_args(path: str, cls: type, args: dict[str, Any]) -> None:
+    """Every key of `optimizer.args` is a keyword of `cls`; else one line with the nearest."""
+    import difflib
+    import inspect
+
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [
+        n
+        for n, p in params.items()
+        if n not in ("params", "lr") and p.kind.name != "VAR_POSITIONAL"
+    ]
+    for key in args:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"its arguments: {', '.join(known)}"
+        raise UserError(f"optimizer.args.{key}: {path} takes no argument {key!r}", hint)

@@ -76,10 +76,10 @@ class CausalLMExport:
         max_diff = max(
             float((a - b).abs().max()) for a, b in zip(adapted_logits, merged_logits, strict=True)
         )
-        if not max_diff <= job.options.tolerance:
+        if not max_diff <= job.options.of("safetensors").tolerance:
             raise UserError(
                 f"merged model differs from the adapted one by up to {max_diff:.2e} in logits "
-                f"(tolerance {job.options.tolerance:g})",
+                f"(tolerance {job.options.of('safetensors').tolerance:g})",
                 "raise --tolerance, or check the adapter",
             )
         with ArtifactDir(job.out_root, "safetensors") as folder:
@@ -121,7 +121,7 @@ class CausalLMExport:
             "reference_metrics": adapted,
             "metric_delta": {k: v - adapted[k] for k, v in metrics.items() if k in adapted},
             "max_abs_diff": max_diff,
-            "tolerance": job.options.tolerance,
+            "tolerance": job.options.of("safetensors").tolerance,
             "size_bytes": folder_size(folder, weights),
             "load_with": f"AutoModelForCausalLM.from_pretrained({str(folder_final)!r})",
         }

@@ -36,6 +36,21 @@ OutputNameOpt = Annotated[
 ]
 
 
+LatencyOpt = Annotated[
+    int, typer.Option("--latency-runs", help="Timed batch-1 calls for the summary.")
+]
+OptionOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option",
+        "-O",
+        help="A format's own option as KEY=VALUE (repeatable), e.g. --option opset=17; the "
+        "named flags here are the built-ins' options; each format's options: "
+        "docs/configuration.md, 'Export format options'.",
+    ),
+]
+
+
 @export_app.command()
 def export_command(
     source: Annotated[
@@ -70,26 +85,28 @@ def export_command(
         float | None,
         typer.Option("--finetune-lr", help="pruned: peak learning rate (default: run's / 10)."),
     ] = None,
-    latency_runs: Annotated[
-        int, typer.Option("--latency-runs", help="Timed batch-1 calls for the summary.")
-    ] = 100,
+    latency_runs: LatencyOpt = 100,
+    option: OptionOpt = None,
 ) -> None:
     """Export a trained run: ONNX, INT8, pruned or plain safetensors, with measured cost."""
     from trainforge.export.options import (
         ExportOptions,
+        check_format_options,
         check_formats,
         check_options,
         check_source_exists,
+        parse_option,
     )
 
     options = ExportOptions(
         output=output, opset=opset, exporter=exporter, input_name=input_name,
         output_name=output_name, tolerance=tolerance, calibration_batches=calibration_batches,
         sparsity=sparsity, finetune_epochs=finetune_epochs, finetune_lr=finetune_lr,
-        latency_runs=max(1, latency_runs),
+        latency_runs=max(1, latency_runs), extra=dict(parse_option(o) for o in option or []),
     )  # fmt: skip
     wanted = check_formats(formats or [], source)
     check_options(options)
+    check_format_options(options, wanted)
     check_source_exists(source)
     from trainforge.export.commands import run_export
 

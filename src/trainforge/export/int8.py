@@ -212,11 +212,11 @@ def _write_onnx_int8(job: ExportJob) -> Result:
     from trainforge.export.job import Result
     from trainforge.export.onnx_format import to_onnx
 
-    o = job.options
+    o = job.options.of("int8")
     kind = job.kind_cls
     with ArtifactDir(job.out_root, "int8-onnx") as folder:
         fp32_path = folder / "fp32.onnx"
-        input_name, output_name = job.tensor_names()
+        input_name, output_name = job.tensor_names("int8")
         to_onnx(
             job.fresh_model(),
             fp32_path,

@@ -57,11 +57,12 @@ class ExportJob:
     def info(self) -> dict[str, Any]:
         return self.kind.model_info()
 
-    def tensor_names(self) -> tuple[str, str]:
-        """(input, output) tensor names of ONNX artifacts: --input-name/--output-name, else
-        the task's own."""
-        o, kind = self.options, self.kind_cls
-        return o.input_name or kind.input_name, o.output_name or kind.output_name
+    def tensor_names(self, fmt: str = "onnx") -> tuple[str, str]:
+        """(input, output) tensor names of `fmt`'s ONNX graph: its input_name/output_name
+        options, else the task's own."""
+        o, kind = self.options.of(fmt), self.kind_cls
+        given = getattr(o, "input_name", None), getattr(o, "output_name", None)
+        return given[0] or kind.input_name, given[1] or kind.output_name
 
     def input_spec(self) -> dict[str, Any]:
         """The task's input spec with the tensor names this export uses."""

@@ -148,11 +148,11 @@ def trtexec_commands(onnx_path: Path, int8_path: Path, spec: dict[str, Any]) -> 
 def write_onnx(job: ExportJob) -> list[Result]:
     from trainforge.export.job import Result
 
-    o = job.options
+    o = job.options.of("onnx")
     kind = job.kind_cls
     with ArtifactDir(job.out_root, "onnx") as folder:
         path = folder / ONNX_FILE
-        input_name, output_name = job.tensor_names()
+        input_name, output_name = job.tensor_names("onnx")
         to_onnx(
             job.fresh_model(),
             path,

@@ -2,15 +2,25 @@
 
 `trainforge export` checks formats, options and that the source exists first, so a typo is
 answered at once, with one line and exit code 2. The formats are the names registered in
-`trainforge.registry.EXPORT_FORMATS` (built-ins: `export.formats`).
+`trainforge.registry.EXPORT_FORMATS` (built-ins: `export.formats`); each format owns its
+options model, fed by `--option KEY=VALUE` (`ExportOptions.extra`) and, for the built-ins,
+by the named flags that spelled them before (`--opset`, `--sparsity`, ...): `of(format)`
+reads one format's options.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from trainforge.errors import UserError
+from trainforge.options import check_options as check_entry_options
+from trainforge.options import options_model
 from trainforge.registry import EXPORT_FORMATS
 
 SOURCE_HINT = (
@@ -33,6 +43,64 @@ class ExportOptions:
     finetune_epochs: float = 0.0
     finetune_lr: float | None = None  # default: a tenth of the run's peak learning rate
     latency_runs: int = 100
+    # `--option KEY=VALUE` pairs: each goes to the formats whose options have KEY, over the
+    # named fields above (the built-ins' old spellings).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def given(self, fmt: str) -> dict[str, Any]:
+        """The values format `fmt`'s options model takes from these options."""
+        fields = options_model(EXPORT_FORMATS.get(fmt)).model_fields
+        values = {name: getattr(self, name) for name in fields if name in _NAMED}
+        values.update({key: value for key, value in self.extra.items() if key in fields})
+        return values
+
+    def of(self, fmt: str) -> Any:
+        """Format `fmt`'s options, read by its model (checked by `check_format_options`)."""
+        return options_model(EXPORT_FORMATS.get(fmt)).model_validate(self.given(fmt))
+
+
+# The named fields of ExportOptions that formats' options may take.
+_NAMED = (
+    "opset", "exporter", "input_name", "output_name", "tolerance", "calibration_batches",
+    "sparsity", "finetune_epochs", "finetune_lr",
+)  # fmt: skip
+
+
+def parse_option(item: str) -> tuple[str, Any]:
+    """`KEY=VALUE` -> (key, value); the value read as YAML, so 17, 0.3, true, null work."""
+    import yaml
+
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError(f"--option {item!r} is not KEY=VALUE", "write e.g. --option opset=17")
+    try:
+        return key, yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        return key, value
+
+
+def check_format_options(options: ExportOptions, wanted: list[str]) -> None:
+    """Every `--option` key belongs to a wanted format, and every wanted format's options
+    read; else one line naming the option (with the nearest name) and the format."""
+    models: dict[str, type[BaseModel]] = {
+        fmt: options_model(EXPORT_FORMATS.get(fmt)) for fmt in wanted
+    }
+    known = sorted({name for model in models.values() for name in model.model_fields})
+    for key, value in options.extra.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {close[0]}?"
+                if close
+                else (f"the options of {', '.join(wanted)}: {', '.join(known) or 'none'}")
+            )
+            raise UserError(f"--option {key}={value}: unknown option of {', '.join(wanted)}", hint)
+    for fmt, model in models.items():
+        _, problems = check_entry_options(model, options.given(fmt), f"export format {fmt}")
+        for key, value, reason in problems:
+            shown = f"{key}={value}" if key else fmt
+            raise UserError(f"--option {shown}: {reason}", "see `trainforge export --help`")
 
 
 def check_formats(formats: list[str], source: Path | None = None) -> list[str]:

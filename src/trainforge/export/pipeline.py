@@ -12,7 +12,12 @@ from pathlib import Path
 from trainforge.errors import UserError
 from trainforge.export.job import ExportJob, Reference, Result
 from trainforge.export.kinds import formats_of, writer_for
-from trainforge.export.options import ExportOptions, check_formats, check_options
+from trainforge.export.options import (
+    ExportOptions,
+    check_format_options,
+    check_formats,
+    check_options,
+)
 from trainforge.export.source import resolve_source
 from trainforge.registry import EXPORT_FORMATS
 
@@ -31,6 +36,7 @@ def export(
     options = options or ExportOptions()
     wanted = check_formats(formats)
     check_options(options)
+    check_format_options(options, wanted)
     source = resolve_source(path)
     job = ExportJob(source, options)
     available = formats_of(job.kind)

@@ -82,7 +82,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
     from trainforge.observe import JsonlLogger
     from trainforge.run.callbacks import build_callbacks
 
-    o = job.options
+    o = job.options.of("pruned")
     lr = o.finetune_lr or job.source.config.optimizer.learning_rate / 10
     config = finetune_config(job, o.finetune_epochs, lr)
     device = torch.device(resolve_device(config.training.device, detect()))
@@ -118,7 +118,7 @@ def finetune(job: ExportJob, model: nn.Module, folder: Path) -> dict[str, Any]:
 def write_pruned(job: ExportJob) -> list[Result]:
     from trainforge.export.job import Result
 
-    o = job.options
+    o = job.options.of("pruned")
     with ArtifactDir(job.out_root, "pruned") as folder:
         model = job.fresh_model()
         prune_global(model, o.sparsity)

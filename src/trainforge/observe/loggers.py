@@ -10,7 +10,9 @@ Secrets never reach a logger: metrics are numbers, and params pass through `scru
 Each backend is an entry of `trainforge.registry.LOGGERS` (`LoggerEntry`: a factory and the
 `logging.<switch>` that turns it on); `build_loggers` walks the registry, so adding a logger
 is one file that registers its entry and is turned on by its switch or by name in
-`logging.loggers`. This module imports no torch (the schema reads the names).
+`logging.loggers`; its own options (an `Options` model on the entry) come from
+`logging.options.NAME`, read with `cfg.options_for(NAME)`. This module imports no torch (the
+schema reads the names).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trainforge.errors import UserError
 from trainforge.observe.secrets import scrub
+from trainforge.options import Options
 from trainforge.registry import LOGGERS
 
 if TYPE_CHECKING:
@@ -263,6 +266,7 @@ class LoggerEntry:
     # the run goes on without the logger ("skip", with a line) or stops ("stop", one line).
     extra: str | None = None
     on_missing: str = "stop"
+    options: type[Options] | None = None  # what `logging.options.NAME` takes (None: nothing)
 
 
 def build_loggers(
