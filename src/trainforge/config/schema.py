@@ -656,7 +656,10 @@ class HardwareConfig(Section):
     )
     telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
     launcher: Literal["local", "torchrun", "slurm"] = Field(
-        "local", description="How the job is started: one process, torchrun, or Slurm."
+        "local",
+        description="How the profile expects the job to start: one process, torchrun, or "
+        "Slurm. A single process on a machine with several GPUs, where torchrun or Slurm is "
+        "expected, says so at start with the command that uses all of them.",
     )
     distributed_backend: Literal["auto", "nccl", "gloo"] = Field(
         "auto", description="torch.distributed backend (auto: NCCL on CUDA, Gloo on CPU)."

@@ -1,5 +1,5 @@
 """What a run says about itself at start, and the platform facts behind those lines: the
-platform, task, device, batch and recipe lines, the disk the checkpoints need (and a
+platform, task, device, batch and recipe lines, the launcher hint (`hardware.launcher`), the disk the checkpoints need (and a
 warning when it is short), the telemetry
 sampler, the device's name and its peak TFLOP/s for MFU.
 """
@@ -43,9 +43,29 @@ def print_start(
         mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
         print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
     print(f"run folder: {run_dir}")
-    for line in notes:
+    for line in [launcher_line(resolved, platform, world), *notes]:
         if line:
             print(line)
+
+
+def launcher_line(resolved: ResolvedConfig, platform: Any, world: int) -> str | None:
+    """`hardware.launcher` is how the profile expects the job to start. A single process on
+    a machine with several GPUs, where the profile expects torchrun or Slurm, uses one of
+    them: the line says so, with the command that starts all of them."""
+    launcher = resolved.config.hardware.launcher
+    gpus = len(getattr(platform, "gpus", None) or ())
+    if launcher == "local" or world > 1 or gpus <= 1:
+        return None
+    config = resolved.path or "CONFIG"
+    how = (
+        f"trainforge slurm {config} --gpus-per-node {gpus} --submit"
+        if launcher == "slurm"
+        else f"torchrun --standalone --nproc-per-node {gpus} -m trainforge train {config}"
+    )
+    return (
+        f"launcher: profile {resolved.profile.name} starts this job with {launcher}; this one "
+        f"process trains on 1 of {gpus} GPUs (all of them: {how})"
+    )
 
 
 def batch_text(t: Any, world: int) -> str:
