@@ -1,7 +1,7 @@
 """What a run says about itself at start, and the platform facts behind those lines: the
-platform, task, device, batch and recipe lines, the launcher hint (`hardware.launcher`), the disk the checkpoints need (and a
-warning when it is short), the telemetry
-sampler, the device's name and its peak TFLOP/s for MFU.
+platform, task, device, batch and recipe lines, the launcher hint (`hardware.launcher`), the
+disk the checkpoints need (and a warning when it is short), the telemetry sampler, the
+device's name and its peak TFLOP/s for MFU.
 """
 
 from __future__ import annotations
