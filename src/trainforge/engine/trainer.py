@@ -20,7 +20,6 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import torch
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
 from trainforge.engine import checkpoint as ckpt
-from trainforge.engine import stop
+from trainforge.engine import resumable, stop
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.checkpointer import Checkpointer
 from trainforge.engine.evaluate import BestTracker, evaluate_batches, fixed_subset_loader
@@ -43,12 +42,6 @@ from trainforge.engine.schedule import build_run_schedule, rewind
 from trainforge.engine.state import TrainerState
 from trainforge.engine.stateful import (
     ModelState,
-    OptimizerState,
-    OptionalState,
-    RngState,
-    ScheduleState,
-    StateRegistry,
-    loader_workers_check,
 )
 from trainforge.engine.task import Task
 
@@ -117,8 +110,8 @@ class Trainer:
         self.meter = TrainMeter(lambda: time.perf_counter())  # this module's clock: one for all
         self.accumulation_sums = AccumulationSums(self.params, device)
         self.checkpointer = Checkpointer(
-            _state_registry(self), root=run_dir / "checkpoints", sharded=self.sharded,
-            describe=lambda: _checkpoint_meta(self), config_yaml=config_yaml,
+            resumable.state_registry(self), root=run_dir / "checkpoints", sharded=self.sharded,
+            describe=lambda: resumable.checkpoint_meta(self), config_yaml=config_yaml,
             settings=config.checkpoint, optimizer=self.optimizer,
         )  # fmt: skip
         self.last_grad_norm: torch.Tensor | None = None
@@ -437,109 +430,14 @@ class Trainer:
         return ModelState(self.model, self.sharded).full_state_dict()
 
     def load_checkpoint(self, folder: Path) -> dict[str, Any]:
-        """Restore every registered part from `folder`; returns the checkpoint's meta.
-
-        On the same setup the run continues exactly where it stopped (`resume_guarantee`
-        "exact"). On another split of the step over processes or micro-batches, the run
-        moves: the parts that hold only for the old split stay fresh and the run restarts
-        the interrupted optimizer step at its first sample, which the invariant sample
-        stream (`data.sampling`) makes the same step ("continued", with the reasons)."""
-        saved = ckpt.read_meta(folder)
-        reasons, moved = setup_changes(saved.get("setup"), self.setup())
-        if moved and not hasattr(self.task.train_loader.batch_sampler, "start_at"):
-            moved, reasons = False, []  # a loader without steps: only the same split resumes
-        meta = self.checkpointer.load(folder, moved=moved)
-        if moved:
-            window = int(saved.get("micro_batch_in_window") or 0)
-            if window:
-                reasons.append(f"the step under way restarts from its first sample ({window} "
-                               "micro-batch(es) done before)")  # fmt: skip
-            step = (self.state.batch_in_epoch - window) // int(saved["setup"]["accumulation"])
-            sampler = self.task.train_loader.batch_sampler
-            sampler.start_at(self.state.epoch, step)
-            self.state.batch_in_epoch = sampler.layout.step_start(step)
-        self.resume_guarantee = ("continued" if reasons else "exact", reasons)
-        return meta
+        """Restore every registered part from `folder`; returns the checkpoint's meta
+        (`engine.resumable.restore`: exact on the same setup, moved on another split)."""
+        return resumable.restore(self, folder)
 
     def setup(self) -> dict[str, Any]:
         """How this run computes (kept in each checkpoint's meta): what decides whether a
         resume is bitwise."""
-        t = self.config.training
-        return {
-            "world_size": self.dist.world_size, "micro_batch": t.per_device_train_batch_size,
-            "accumulation": self.accumulation, "device": self.device.type,
-            "precision": str(t.precision), "threads": torch.get_num_threads(),
-            "workers": int(getattr(self.task.train_loader, "num_workers", 0) or 0),
-        }  # fmt: skip
-
-
-# What each difference of setup changes, in the resume line's words.
-_SETUP_REASONS = {
-    "world_size": ("world size", "sums reduce in another order"),
-    "micro_batch": ("micro-batch", "sums accumulate in another order"),
-    "accumulation": ("accumulation", "sums accumulate in another order"),
-    "workers": ("loader workers", "the loader restarts at the step"),
-    "device": ("device", "other kernels round differently"),
-    "precision": ("precision", "other rounding"),
-    "threads": ("CPU threads", "sums reduce in another order"),
-}
-# Keys whose change splits a step differently: the loader position cannot carry over.
-_LAYOUT = ("world_size", "micro_batch", "accumulation", "workers")
-
-
-def setup_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> tuple[list[str], bool]:
-    """(reasons a resume from a checkpoint of setup `saved` is not bitwise, whether the run
-    moves to another split). A checkpoint without a setup (earlier versions) resumes as
-    before: the same process count, anything else as it was."""
-    if not saved:
-        return [], False
-    reasons = []
-    for key, (name, why) in _SETUP_REASONS.items():
-        if key in saved and saved[key] != now[key]:
-            reasons.append(f"{name} {saved[key]} -> {now[key]}: {why}")
-    return reasons, any(key in saved and saved[key] != now[key] for key in _LAYOUT)
-
-
-def _state_registry(trainer: Trainer) -> StateRegistry:
-    """Every part with state, once, in restore order (the RNG last)."""
-    registry = StateRegistry()
-    model_fits = None
-    if not trainer.sharded:  # under FSDP torch.distributed.checkpoint refuses a misfit
-
-        def model_fits(folder: Path, saved: Any) -> None:
-            current, settings = trainer.model.state_dict(), trainer.config.model.model_dump()
-            ckpt.check_model_fits(folder, saved, current, settings)
-
-    model, sharded = trainer.model, trainer.sharded
-    registry.register("model", ModelState(model, sharded), weights=True, sharded=True,
-                      check=model_fits)  # fmt: skip
-    registry.register("optimizer", OptimizerState(model, trainer.optimizer, sharded), sharded=True)
-    registry.register("scheduler", ScheduleState(trainer.scheduler))
-    registry.register("scaler", OptionalState(lambda: trainer.precision.scaler))
-    loader = trainer.task.train_loader
-    registry.register("train_loader", loader, per_rank=True, check=loader_workers_check(loader),
-                      layout_bound=True)  # fmt: skip
-    registry.register("trainer", trainer.state)
-    registry.register("nonfinite", trainer.guard)
-    registry.register("best", trainer.best)
-    registry.register("accumulation", trainer.accumulation_sums, layout_bound=True)
-    registry.register("rng", RngState(), per_rank=True)
-    return registry
-
-
-def _checkpoint_meta(trainer: Trainer) -> dict[str, Any]:
-    """What a checkpoint's meta.json (and checkpoint_meta.json) says besides its name."""
-    s = trainer.state
-    return {
-        "epoch": s.epoch, "global_step": s.global_step, "batch_in_epoch": s.batch_in_epoch,
-        "micro_batch_in_window": trainer.accumulation_sums.micro, "best_val": s.best_metric,
-        "best_metric": trainer.best.metric, "best_step": s.best_step,
-        "best_epoch": s.best_epoch, "best_val_loss": trainer.best.best.best_loss,
-        "best_val_step": s.best_step, "config_hash": trainer.config_hash,
-        "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
-        "versions": ckpt.library_versions(), "world_size": trainer.dist.world_size,
-        "sharded": trainer.sharded, "setup": trainer.setup(),
-    }  # fmt: skip
+        return resumable.run_setup(self)
 
 
 def _flops(tflops: float | None) -> float | None:
