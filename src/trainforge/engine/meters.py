@@ -15,6 +15,7 @@ data-wait / compute split; the sums here are read once per logging point in one 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -185,3 +186,20 @@ def sum_over_ranks(
     values = [*totals, *(sums[k] for k in keys)]
     reduced = parallel.all_reduce_sum(torch.tensor(values, dtype=torch.float64)).tolist()
     return reduced[: len(totals)], dict(zip(keys, reduced[len(totals) :], strict=True))
+
+
+NO_COUNT = contextlib.nullcontext()
+
+
+def flop_counter(state: Any) -> Any:
+    """The model FLOPs of one training sample (forward + backward) are counted with
+    torch.utils.flop_counter on the run's first micro-batch and kept in the trainer state,
+    so a resumed run never counts (counting can change kernel choices, and resume must
+    replay exactly what the uninterrupted run computed). `NO_COUNT` otherwise."""
+    s = state
+    if s.flops_per_sample is not None or s.global_step or s.batch_in_epoch or s.epoch:
+        return NO_COUNT
+    from torch.utils.flop_counter import FlopCounterMode
+
+    state.flops_per_sample = 0.0  # counted once, even if counting fails below
+    return FlopCounterMode(display=False)

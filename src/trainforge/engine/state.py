@@ -9,6 +9,7 @@ attribute names (`state.best_metric`, `state.nonfinite_steps`, ...).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
@@ -131,3 +132,20 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def plan_steps(training: Any, num_batches: int) -> tuple[int, int]:
+    """(optimizer steps per epoch, total optimizer steps) for `num_batches` micro-batches
+    per epoch: `training.max_steps` when set, else the epochs' steps."""
+    steps_per_epoch = math.ceil(num_batches / training.gradient_accumulation_steps)
+    if training.max_steps > 0:
+        return steps_per_epoch, training.max_steps
+    return steps_per_epoch, max(1, math.ceil(training.num_train_epochs * steps_per_epoch))
+
+
+@dataclass
+class FitResult:
+    state: TrainerState
+    final_metrics: dict[str, float]
+    stop_reason: str
+    interrupted: bool

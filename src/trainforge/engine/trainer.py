@@ -7,7 +7,8 @@ small classes that own their state: model preparation (`engine.prepare`), the no
 guard (`engine.guard`), the training meters (`engine.meters`), evaluation and the best
 tracker (`engine.evaluate`), the schedule (`engine.schedule`). Every part with state is
 registered once in the state registry (`engine.stateful`), which the checkpointer
-(`engine.checkpointer`) saves and restores.
+(`engine.checkpointer`) saves and restores; the registration, the checkpoint meta and the
+restore are `engine.resumable`'s, the FLOP count's start `engine.meters`'.
 
 Gradient accumulation weights each micro-batch's mean loss by its item count and divides
 the summed gradients by the window's total, so a window of any shape (including a short
@@ -16,10 +17,8 @@ last window) gives the same update as one batch holding the same samples.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,35 +33,22 @@ from trainforge.engine.checkpointer import Checkpointer
 from trainforge.engine.evaluate import BestTracker, evaluate_batches, fixed_subset_loader
 from trainforge.engine.gradients import finish_gradients
 from trainforge.engine.guard import NonFiniteGuard
-from trainforge.engine.meters import AccumulationSums, TrainMeter, sum_over_ranks
+from trainforge.engine.meters import (
+    NO_COUNT,
+    AccumulationSums,
+    TrainMeter,
+    flop_counter,
+    sum_over_ranks,
+)
 from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.precision import PrecisionPlan
 from trainforge.engine.prepare import prepare_model
 from trainforge.engine.schedule import build_run_schedule, rewind
-from trainforge.engine.state import TrainerState
+from trainforge.engine.state import FitResult, TrainerState, plan_steps
 from trainforge.engine.stateful import (
     ModelState,
 )
 from trainforge.engine.task import Task
-
-_NO_COUNT = contextlib.nullcontext()
-
-
-def plan_steps(training: Any, num_batches: int) -> tuple[int, int]:
-    """(optimizer steps per epoch, total optimizer steps) for `num_batches` micro-batches
-    per epoch: `training.max_steps` when set, else the epochs' steps."""
-    steps_per_epoch = math.ceil(num_batches / training.gradient_accumulation_steps)
-    if training.max_steps > 0:
-        return steps_per_epoch, training.max_steps
-    return steps_per_epoch, max(1, math.ceil(training.num_train_epochs * steps_per_epoch))
-
-
-@dataclass
-class FitResult:
-    state: TrainerState
-    final_metrics: dict[str, float]
-    stop_reason: str
-    interrupted: bool
 
 
 class Trainer:
@@ -264,9 +250,9 @@ class Trainer:
         """One micro-batch of `samples` items: forward, loss, backward; (its detached loss for
         the sums, output). `closes`: it ends the accumulation window (gradients are reduced
         across ranks). `padding`: a stand-in whose loss, weight and sums count zero."""
-        counter = self._flop_counter()
+        counter = flop_counter(self.state)  # the first micro-batch of a fresh run only
         with counter, self.prepared.no_sync(not closes):
-            counting = counter is not _NO_COUNT and not self.dist.enabled
+            counting = counter is not NO_COUNT and not self.dist.enabled
             model = self.model if counting else self.forward_model
             with self.precision.autocast():
                 out = self.task.step(model, batch)
@@ -282,22 +268,9 @@ class Trainer:
                 self.precision.scaler.scale(loss).backward()
             else:
                 loss.backward()
-        if counter is not _NO_COUNT:
+        if counter is not NO_COUNT:
             self.flops_per_sample = counter.get_total_flops() / max(1, samples)
         return weighted, out
-
-    def _flop_counter(self) -> Any:
-        """The model FLOPs of one training sample (forward + backward) are counted with
-        torch.utils.flop_counter on the run's first micro-batch and kept in the trainer
-        state, so a resumed run never counts (counting can change kernel choices, and
-        resume must replay exactly what the uninterrupted run computed)."""
-        s = self.state
-        if s.flops_per_sample is not None or s.global_step or s.batch_in_epoch or s.epoch:
-            return _NO_COUNT
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self.flops_per_sample = 0.0  # counted once, even if counting fails below
-        return FlopCounterMode(display=False)
 
     def _optimizer_step(self) -> bool:
         """Apply the window's update; False when it was skipped for a non-finite value."""
