@@ -525,7 +525,11 @@ class HardwareConfig(Section):
     telemetry: bool = Field(
         True, description="Sample CPU/RAM, GPU (NVML) or Jetson (tegrastats or jtop) telemetry."
     )
-    telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
+    telemetry_interval_s: float = Field(
+        5.0,
+        gt=0.0,
+        description="Telemetry sampling period: read at logging points, at most once per period.",
+    )
     launcher: Literal["local", "torchrun", "slurm"] = Field(
         "local", description="How the job is started: one process, torchrun, or Slurm."
     )
