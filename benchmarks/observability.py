@@ -2,7 +2,9 @@
 loggers (JSONL, TensorBoard with weight histograms) versus with all of it off.
 
 "On" is the default set-up of `trainforge train`: metrics every 50 steps (ViT guide), the
-psutil telemetry sampler (every 1 s here, 5x the default rate) and TensorBoard weight
+psutil telemetry, read at logging points at most every 1 s here (5x the default rate), as
+`trainforge train` samples it (no sampler thread), TensorBoard (its record checksums in C
+where google-crc32c is installed, as in the `track` extra) with weight
 histograms at their default cadence (`logging.histogram_steps`, 500): the 1000-step timed
 run writes two, at steps 500 and 1000, so "on" pays for histograms at the rate a default
 run does (a shorter run falls back to one every half run, more often than the default, an
@@ -95,7 +97,7 @@ def _trainer(
             MetricsCallback(
                 [JsonlLogger(run_dir / "metrics.jsonl"), tensorboard],
                 LOGGING_STEPS,
-                telemetry=TelemetrySampler(sources, 1.0),
+                telemetry=TelemetrySampler(sources, 1.0, background=False),
                 histogram_steps=histogram_interval(steps),
             )
         )

@@ -153,3 +153,32 @@ def test_a_missing_logger_package_and_a_missing_dependency_read_differently(
         build_loggers(cfg, tmp_path)
     assert said in str(caught.value)
     assert "set logging.mlflow=false" in str(caught.value)
+
+
+def test_tensorboard_checksums_in_c_equal_tensorboards_own(tmp_path: Path) -> None:
+    """The C checksum gives TensorBoard's own masked CRC32C, and the events it writes read
+    back through TensorBoard's checksum-verifying reader."""
+    import random
+
+    pytest.importorskip("google_crc32c")
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+    from tensorboard.summary.writer import record_writer
+
+    from trainforge.observe.loggers import masked_crc32c_c
+
+    rng = random.Random(0)
+    for size in (0, 1, 7, 8, 12, 63, 4096):
+        data = bytes(rng.randrange(256) for _ in range(size))
+        assert masked_crc32c_c(data) == masked_crc32c(data)
+    logger = TensorBoardLogger(tmp_path / "tb")
+    assert record_writer.masked_crc32c is masked_crc32c_c
+    logger.log("train", {"loss": 0.5}, 3, 0.1)
+    logger.close()
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    tags = [
+        (value.tag, event.step)
+        for event in EventFileLoader(str(events)).Load()
+        for value in event.summary.value
+    ]
+    assert tags == [("train/loss", 3)]

@@ -654,7 +654,11 @@ class HardwareConfig(Section):
     telemetry: bool = Field(
         True, description="Sample CPU/RAM, GPU (NVML) or Jetson (tegrastats or jtop) telemetry."
     )
-    telemetry_interval_s: float = Field(5.0, gt=0.0, description="Telemetry sampling period.")
+    telemetry_interval_s: float = Field(
+        5.0,
+        gt=0.0,
+        description="Telemetry sampling period: read at logging points, at most once per period.",
+    )
     launcher: Literal["local", "torchrun", "slurm"] = Field(
         "local",
         description="How the profile expects the job to start: one process, torchrun, or "

@@ -3,8 +3,10 @@
 It owns the skip counts (`state.NonFiniteCounts`, checkpointed as the part "nonfinite")
 and, in device mode, the counters that stay on the GPU between logging points.
 
-Host mode reads one scalar per step (loss + gradient norm is finite exactly when both are,
-short of a sum overflowing float32, which only a diverged run reaches). Device mode (CUDA
+Host mode reads the loss and the gradient norm once per step: on the CPU as two scalars (no
+synchronisation there, and two reads cost less than a tensor addition), on a GPU as their
+sum in one read (finite exactly when both are, short of a sum overflowing float32, which
+only a diverged run reaches). Device mode (CUDA
 with fused AdamW): the finite check stays on the GPU. The fused kernel skips a non-finite
 step by itself (its `found_inf` input), and the skips are counted on the device and read at
 logging points (`settle`), so no step waits for the GPU. Until that read a skipped step
@@ -62,13 +64,20 @@ class NonFiniteGuard:
         goes to the fused kernel as `found_inf` and the step counts until `settle`."""
         if not self.enabled:
             return True
-        check = step_loss if norm is None or scaler is not None else step_loss + norm
+        with_norm = norm is not None and scaler is None
         if self.device_skip and scaler is None:
+            check = step_loss + norm if with_norm else step_loss
             bad = (~torch.isfinite(check)).to(torch.float32)
             optimizer.found_inf = bad
             self._count_on_device(bad, sums)
             return True
-        return self.device_skip or math.isfinite(float(check))
+        if self.device_skip:
+            return True
+        if not with_norm:
+            return math.isfinite(step_loss.item())
+        if step_loss.device.type == "cpu":  # two reads: cheaper there than an addition
+            return math.isfinite(step_loss.item()) and math.isfinite(norm.item())  # type: ignore[union-attr]
+        return math.isfinite((step_loss + norm).item())  # one synchronisation
 
     def applied(self, optimizer: Any, scaler: Any) -> None:
         """A step went through the optimizer (or the grad scaler)."""

@@ -3,9 +3,12 @@
 A `Source` returns flat numeric readings whose keys carry their unit (`gpu0_temp_c`,
 `ram_used_mib`); `available_sources()` picks the ones that work on a `Platform` (psutil always,
 NVML on CUDA machines and DGX Spark, tegrastats on Jetson, or jtop there when tegrastats is
-missing) and says in one line per source why any was left out. `TelemetrySampler` polls the
-sources on a background thread, merges them into one dict with a `time` key and keeps running
-max/mean per key.
+missing) and says in one line per source why any was left out. `TelemetrySampler` merges the
+sources' readings into one dict with a `time` key and keeps running max/mean per key. It polls
+them on a background thread (the web app's system view), or, for a training run, on demand:
+when the run asks for the latest sample at a logging point and the interval has passed, so
+the training process does no telemetry work between logging points and no sampler thread
+takes CPU time from the training threads.
 
 Telemetry is an observer: it must never crash or stall training, so a failing reading is
 dropped and a failing source is switched off. Nothing here imports torch.
@@ -257,8 +260,12 @@ def _reason(error: BaseException) -> str:
 
 
 class TelemetrySampler:
-    """Background thread sampling every interval_s into one dict with a 'time' key.
+    """Samples every interval_s into one dict with a 'time' key.
 
+    `background=True`: a background thread samples on its own schedule. `background=False`:
+    no thread; `latest()` takes a sample when none was taken yet or `interval_s` has passed
+    since the last one, so samples are taken only when the caller asks (a training run's
+    logging points), at most once per interval.
     Sources are merged in list order, so a later source's key replaces an earlier one's;
     `time` is wall-clock seconds (time.time()) when the sample was taken.
     A source (or `on_sample`) that raises is logged in one stderr line and switched off.
@@ -269,10 +276,15 @@ class TelemetrySampler:
         sources: list[Source],
         interval_s: float,
         on_sample: Callable[[dict[str, float]], None] | None = None,
+        *,
+        background: bool = True,
     ) -> None:
         assert interval_s > 0, "interval_s must be positive"
         self._sources = list(sources)
         self._interval_s = interval_s
+        self._background = background
+        self._started = False
+        self._next_at = 0.0  # on demand: monotonic time from which the next sample is due
         self._on_sample = on_sample
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -285,12 +297,21 @@ class TelemetrySampler:
         self._maxes: dict[str, float] = {}
 
     def start(self) -> None:
-        if self._thread is not None or self._stopped:
+        if self._thread is not None or self._stopped or self._started:
             return
+        self._started = True
+        if not self._background:
+            return  # sampled in latest(), on the caller's thread
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._thread.start()
 
     def latest(self) -> dict[str, float]:
+        """The newest sample (a copy); on demand, a new one first when it is due."""
+        if not self._background and self._started and not self._stopped:
+            now = time.monotonic()
+            if self._count == 0 or now >= self._next_at:
+                self._next_at = now + self._interval_s
+                self._sample_once()
         with self._lock:
             return dict(self._latest)
 

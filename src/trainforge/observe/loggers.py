@@ -83,6 +83,7 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         _quiet_writer_thread()
+        use_c_checksums()
         self.log_dir = log_dir
         # A resume from step N hides the events an interrupted run wrote after N, so every
         # step appears once, in order.
@@ -127,6 +128,30 @@ class TensorBoardLogger:
         except Exception as err:  # a refusal already reported where it happened
             if disk_cause(err) is None:
                 raise
+
+
+def masked_crc32c_c(data: bytes) -> int:
+    """TensorBoard's masked CRC32C of a record, computed in C by Google's `google-crc32c`:
+    the same value as TensorBoard's own pure-Python function, over 100 times faster."""
+    import google_crc32c
+
+    x = google_crc32c.value(data)
+    return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def use_c_checksums() -> bool:
+    """Make TensorBoard's record writer checksum in C where `google-crc32c` is installed with
+    its C extension (the `track` extra); True when it does. Otherwise TensorBoard's
+    pure-Python checksum (a table lookup per byte) stays."""
+    try:
+        import google_crc32c
+        from tensorboard.summary.writer import record_writer
+    except ImportError:
+        return False
+    if google_crc32c.implementation != "c":
+        return False
+    record_writer.masked_crc32c = masked_crc32c_c
+    return True
 
 
 def _quiet_writer_thread() -> None:

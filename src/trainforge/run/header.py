@@ -132,7 +132,9 @@ def telemetry(config: RunConfig, platform: Any) -> Any:
         print(note)
     if not sources:
         return None
-    return TelemetrySampler(sources, config.hardware.telemetry_interval_s)
+    # Sampled at logging points, on the training thread: no sampler thread competes with
+    # the training threads for the CPU between them.
+    return TelemetrySampler(sources, config.hardware.telemetry_interval_s, background=False)
 
 
 def device_name(platform: Any, device: Any) -> str | None:
