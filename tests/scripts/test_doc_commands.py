@@ -98,7 +98,7 @@ PRINTED: list[tuple[str, str | None, str]] = [
         "docs/llm_finetuning.md",
         "trainforge train config/jetson_training.json --base-model models/NAME --output-name "
         "my-model",
-        "train: 286 records -> 286 examples, 0 truncated to max_seq_length=512, 0 dropped",
+        "train: 276 records -> 276 examples, 0 truncated to max_seq_length=512, 0 dropped",
     ),
     (
         "docs/coming_from.md",
