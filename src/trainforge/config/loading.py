@@ -105,15 +105,20 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def parse_set_flag(item: str) -> tuple[str, Any]:
     """`a.b=value` -> ("a.b", value); value parsed as YAML so 3, 1e-4, true, [1,2] work."""
+    return parse_key_value(item, "--set", "training.seed=1")
+
+
+def parse_key_value(item: str, flag: str, example: str) -> tuple[str, Any]:
+    """`KEY=VALUE` given to `flag` -> (key, value), the value read as YAML (text that is no
+    YAML stays text); a missing key or `=` is one line showing `example`."""
     key, sep, value = item.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise UserError(f"--set {item!r} is not KEY=VALUE", "write e.g. --set training.seed=1")
+        raise UserError(f"{flag} {item!r} is not KEY=VALUE", f"write e.g. {flag} {example}")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        return key, yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError:
-        parsed = value
-    return key, parsed
+        return key, value
 
 
 def load(

@@ -68,16 +68,9 @@ _NAMED = (
 
 def parse_option(item: str) -> tuple[str, Any]:
     """`KEY=VALUE` -> (key, value); the value read as YAML, so 17, 0.3, true, null work."""
-    import yaml
+    from trainforge.config.loading import parse_key_value
 
-    key, sep, value = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise UserError(f"--option {item!r} is not KEY=VALUE", "write e.g. --option opset=17")
-    try:
-        return key, yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
-        return key, value
+    return parse_key_value(item, "--option", "opset=17")
 
 
 def check_format_options(options: ExportOptions, wanted: list[str]) -> None:
