@@ -37,7 +37,7 @@ def one_rank_fsdp() -> None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         torch.cuda.set_device(0)
-        dist.init_process_group(backend="nccl", rank=0, world_size=1)
+        dist.init_process_group(backend=parallel.group_backend("nccl"), rank=0, world_size=1)
         parallel._CONTEXT = OneRank(0, 1, 0, "nccl")
         parallel._CONTROL = dist.new_group(backend="gloo")
         return parallel._CONTEXT

@@ -166,6 +166,21 @@ def test_more_local_ranks_than_gpus_is_one_clear_line(fake_group, monkeypatch):
     assert fake_group == []
 
 
+def test_a_cuda_group_carries_gloo_beside_nccl_for_cpu_tensors(fake_group, monkeypatch):
+    """A meter's float64 sums and DCP's plans are CPU tensors reduced over the default group;
+    an NCCL-only group fails them ("No backend type associated with device type cpu", seen on
+    an H200 with FSDP2), so the group is "cpu:gloo,cuda:nccl"."""
+    import torch
+
+    os.environ.update(TORCHRUN_WORKER)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    context = parallel.setup("auto", "cuda")
+    assert context.backend == "nccl"
+    assert fake_group[0]["backend"] == "cpu:gloo,cuda:nccl"
+    assert parallel.group_backend("gloo") == "gloo"
+
+
 class _Model:
     """Stands for a DDP-wrapped model in a reference cycle (as the Trainer's is)."""
 

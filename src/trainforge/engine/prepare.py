@@ -58,6 +58,10 @@ def prepare_model(
     model = model.to(device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = t.cudnn_benchmark
+        # fp32 means IEEE fp32 on every device: cuDNN would run fp32 convolutions (the ViT's
+        # patch embedding) in TF32 by default on Ampere and newer, a 10-bit mantissa that
+        # changes what the run computes. Half-precision runs are unaffected.
+        torch.backends.cudnn.allow_tf32 = False
     if t.channels_last:  # 4-D weights (convolutions) only; inputs follow in the task
         model = model.to(memory_format=torch.channels_last)
     if t.gradient_checkpointing:  # a ViT of ours or a Hugging Face model

@@ -128,6 +128,13 @@ def choose_backend(option: str, device_type: str) -> str:
     return option
 
 
+def group_backend(backend: str) -> str:
+    """The default group's backend string: NCCL for CUDA tensors with Gloo beside it for CPU
+    ones, so that a small CPU tensor (a meter's sums, a checkpoint's plan) reduces over the
+    same group instead of failing with "No backend type associated with device type cpu"."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
 def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> DistContext:
     """Join the process group the environment describes; a no-op for a single process."""
     global _CONTEXT, _CONTROL
@@ -154,8 +161,9 @@ def setup(backend_option: str, device_type: str, timeout_s: float = 600.0) -> Di
     os.environ.update(rendezvous_env(os.environ))
     if not dist.is_initialized():
         dist.init_process_group(
-            backend=backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
-        )
+            backend=group_backend(backend), rank=rank, world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )  # fmt: skip
     _CONTROL = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     _CONTEXT = DistContext(rank, world, local, backend, timeout_s)
     try:
