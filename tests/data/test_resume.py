@@ -50,6 +50,22 @@ def test_resume_mid_epoch(make_cfg, num_workers: int) -> None:
     _assert_same(list(resumed), expected)
 
 
+def test_the_order_does_not_depend_on_the_number_of_loader_workers(make_cfg) -> None:
+    """A multi-process loader calls iter() on its sampler twice while starting; the epoch
+    it yields must still be epoch 0 (found on a GPU machine: 6 workers trained another
+    order than 0 workers, so the hardware profile changed what the run computed)."""
+    plain = _batches(_train_loader(make_cfg, num_workers=0), num_epochs=2)
+    _assert_same(_batches(_train_loader(make_cfg, num_workers=2), num_epochs=2), plain)
+
+
+def test_a_moved_run_starts_mid_epoch_under_workers(make_cfg) -> None:
+    """`start_at` (a run resumed on another layout) holds under a multi-process loader."""
+    reference = _batches(_train_loader(make_cfg), num_epochs=2)
+    loader = _train_loader(make_cfg, num_workers=2)
+    loader.batch_sampler.start_at(1, 2)
+    _assert_same(list(loader), reference[7:])
+
+
 @pytest.mark.parametrize("batches_before_save", [5, 7])
 def test_resume_across_epoch_boundary(make_cfg, batches_before_save: int) -> None:
     # 5 = saved exactly at the end of epoch 1; 7 = saved inside epoch 2.

@@ -60,6 +60,25 @@ def test_a_run_continues_with_another_micro_batch_on_the_same_trajectory(
     ]  # fmt: skip
 
 
+def test_loader_workers_decide_how_not_what_even_when_a_run_moves_between_them(
+    monkeypatch, capsys, tmp_path
+):
+    """The worker count is the hardware profile's (0 on a laptop, 6 on a cluster node): the
+    same recipe trains the same steps with any count, and a run continues under another."""
+    train(monkeypatch, capsys, tmp_path, "none", 8)
+    train(monkeypatch, capsys, tmp_path, "two", 8, "--set", "data.dataloader_num_workers=2")
+    train(monkeypatch, capsys, tmp_path, "moved", 4)
+    out = train(monkeypatch, capsys, tmp_path, "moved", 8, "--resume", str(tmp_path / "moved"),
+                "--set", "data.dataloader_num_workers=2")  # fmt: skip
+    assert "loader workers 0 -> 2" in out
+    none = train_losses(tmp_path / "none")
+    assert train_losses(tmp_path / "two") == none  # bitwise: only the loading changed
+    moved = train_losses(tmp_path / "moved")
+    assert sorted(moved) == sorted(none)
+    for step, loss in none.items():
+        assert moved[step] == pytest.approx(loss, rel=1e-6), step
+
+
 def test_a_copied_run_folder_continues_where_it_was_copied_to(monkeypatch, capsys, tmp_path):
     train(monkeypatch, capsys, tmp_path, "here", 4)
     elsewhere = tmp_path / "other-disk" / "here"

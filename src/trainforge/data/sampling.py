@@ -57,9 +57,8 @@ class EpochShuffleSampler(Sampler[int]):
         return epoch_permutation(self.total, self.seed, epoch)
 
     def __iter__(self) -> Iterator[int]:
-        iterator = _EpochIterator(self, self.next_epoch)
-        self.next_epoch += 1
-        return iterator
+        # The epoch is claimed by the iterator's first next(), not here (see _StepIterator).
+        return _EpochIterator(self, self.next_epoch)
 
 
 class StepLayout:
@@ -146,10 +145,9 @@ class StepBatchSampler(Sampler[list[int]]):
         return self.layout.is_padding(index)
 
     def __iter__(self) -> Iterator[list[int]]:
-        iterator = _StepIterator(self, self.next_epoch, self.next_batch)
-        self.next_epoch += 1
-        self.next_batch = 0
-        return iterator
+        # The epoch is claimed by the iterator's first next(), not here: a multi-process
+        # loader calls iter() twice while starting and drops the first iterator unused.
+        return _StepIterator(self, self.next_epoch, self.next_batch)
 
 
 class StridedSampler(Sampler[int]):
@@ -172,11 +170,14 @@ class _EpochIterator(Iterator[int]):
     def __init__(self, sampler: EpochShuffleSampler, epoch: int) -> None:
         self.sampler, self.epoch, self.num_yielded = sampler, epoch, 0
         self._order: list[int] | None = None
+        self._claimed = False
 
     def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self) -> int:
+        if not self._claimed:  # the next iter() on the sampler starts the epoch after this
+            self._claimed, self.sampler.next_epoch = True, self.epoch + 1
         if self.num_yielded >= self.sampler.num_items:
             raise StopIteration
         if self._order is None:
@@ -190,7 +191,7 @@ class _EpochIterator(Iterator[int]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.num_yielded = int(state["epoch"]), int(state["num_yielded"])
-        self._order = None
+        self._order, self._claimed = None, True
         self.sampler.next_epoch = self.epoch + 1
 
 
@@ -201,11 +202,15 @@ class _StepIterator(Iterator[list[int]]):
         self.sampler, self.epoch, self.batches = sampler, epoch, batch
         # Built on first use: the loader creates (and then replaces) iterators while restoring.
         self._order: list[int] | None = None
+        self._claimed = False
 
     def __iter__(self) -> _StepIterator:
         return self
 
     def __next__(self) -> list[int]:
+        if not self._claimed:  # the next iter() on the sampler starts the epoch after this
+            self._claimed = True
+            self.sampler.next_epoch, self.sampler.next_batch = self.epoch + 1, 0
         layout = self.sampler.layout
         if self.batches >= layout.batches_per_epoch:
             raise StopIteration
@@ -230,7 +235,7 @@ class _StepIterator(Iterator[list[int]]):
             self.batches = int(state["batches"])
         else:
             self.batches = -(-int(state["num_yielded"]) // self.sampler.layout.micro)
-        self._order = None
+        self._order, self._claimed = None, True
         # The next iter() on the sampler must start the epoch after the restored one.
         self.sampler.next_epoch, self.sampler.next_batch = self.epoch + 1, 0
 
