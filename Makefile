@@ -73,7 +73,7 @@ serve: $(STAMP)
 	$(VENV)/bin/trainforge serve
 
 bench: $(STAMP)
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py $(ONLY)
 
 # The GPU rows of `make bench` (ViT-S/4 eager and compiled, input pipeline on the device,
 # checkpoint stall, G2P PER/WER) in under 10 minutes: $(OUT)/summary.md plus the raw logs.

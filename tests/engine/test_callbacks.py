@@ -89,7 +89,7 @@ def test_best_model_by_a_smaller_is_better_metric_tracks_the_minimum(
         cfg,
         [EvalCadence(every_steps=1, every_epochs=None), Spy(None, None, save_best=True)],
     )
-    trainer._run_eval = lambda loader: {"loss": next(losses), "accuracy": 0.5}
+    trainer.validation.run = lambda loader: {"loss": next(losses), "accuracy": 0.5}
     trainer.fit()
     assert trainer.state.best_metric == 0.2 and trainer.state.best_step == 4
     assert saved == [1, 2, 4]  # improvements only: 0.5, 0.3, 0.2

@@ -226,7 +226,7 @@ def test_full_disk_in_a_background_write_is_one_error_and_keeps_the_previous(
     monkeypatch.setattr(cw, "write_safetensors", full)
     trainer.save_checkpoint("best_model")  # returns at once; the write fails behind
     with pytest.raises(UserError, match="No space left on device") as info:
-        trainer.writer.wait()
+        trainer.checkpointer.writer.wait()
     assert "\n" not in info.value.line()
     assert (tmp_path / "checkpoints/best_model/model.safetensors").read_bytes() == before
     assert ckpt.verify(tmp_path / "checkpoints/best_model") is None

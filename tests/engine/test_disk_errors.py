@@ -120,7 +120,7 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
 ):
     cfg = points_config(**{"training.max_steps": 1, "checkpoint.on_save_error": "continue"})
     trainer = Trainer(points_task(), cfg, run_dir=tmp_path, device=CPU, callbacks=[])
-    trainer.writer = ckpt.CheckpointWriter(on_error=cfg.checkpoint.on_save_error)
+    trainer.checkpointer.writer = ckpt.CheckpointWriter(on_error=cfg.checkpoint.on_save_error)
     trainer.fit()
     root = tmp_path / "checkpoints"
     trainer.save_checkpoint("checkpoint-1", wait=True)
@@ -128,13 +128,13 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
     monkeypatch.setattr(cw, "write_safetensors", refuse(errno.ENOSPC, "checkpoint-2", real))
     capsys.readouterr()
     trainer.save_checkpoint("checkpoint-2")
-    trainer.writer.wait()  # nothing raised: the run goes on
+    trainer.checkpointer.writer.wait()  # nothing raised: the run goes on
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.startswith("checkpoint not written, training continues")
     assert str(root / "checkpoint-2") in out and "No space left on device" in out
     trainer.save_checkpoint("checkpoint-2b")  # refused again: said once, not twice
-    trainer.writer.wait()
-    assert capsys.readouterr().out == "" and len(trainer.writer.skipped) == 2
+    trainer.checkpointer.writer.wait()
+    assert capsys.readouterr().out == "" and len(trainer.checkpointer.writer.skipped) == 2
     monkeypatch.setattr(cw, "write_safetensors", real)
     trainer.save_checkpoint("checkpoint-3", wait=True)
     assert [c.path.name for c in ckpt.list_checkpoints(root)] == ["checkpoint-1", "checkpoint-3"]

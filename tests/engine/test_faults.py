@@ -125,7 +125,7 @@ def test_device_skip_gives_the_step_back_to_the_counter_and_the_schedule(
     Poison(task, **{f"{fault}_steps": (3,)})
     probe = Probe()
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[SettleEveryStep(), probe])
-    trainer.device_skip = True
+    trainer.guard.device_skip = True
     trainer.fit()
     assert trainer.state.global_step == 6 and trainer.state.nonfinite_steps == 1
     assert trainer.state.batch_in_epoch == 7  # the skipped step was made up at the end
@@ -144,7 +144,7 @@ def test_device_skip_settled_late_still_ends_on_the_clean_runs_step_and_rate(
     task = points_task(n=64, batch_size=8)
     Poison(task, nan_loss_steps=(3,))
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[])
-    trainer.device_skip = True
+    trainer.guard.device_skip = True
     trainer.fit()
     assert trainer.state.global_step == 6 and trainer.state.batch_in_epoch == 7
     reference = replay_without_batch(points_task, cfg, tmp_path / "r", batch_index=2)
@@ -167,7 +167,7 @@ def test_device_skip_checkpoint_resumes_exactly_and_keeps_the_window_finite(
         task = points_task(n=96, batch_size=8)
         Poison(task, nan_loss_steps=poison)
         trainer = Trainer(task, cfg, run_dir=run_dir, device=CPU, **kwargs)
-        trainer.device_skip = True
+        trainer.guard.device_skip = True
         return trainer
 
     logged = []
@@ -314,9 +314,9 @@ def test_device_side_check_skips_in_the_kernel_without_a_host_read(
     Poison(task, nan_loss_steps=(3,))
     probe = Probe()
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[probe])
-    assert not trainer.device_skip  # on by itself only on CUDA
+    assert not trainer.guard.device_skip  # on by itself only on CUDA
     assert trainer.optimizer.defaults["fused"]
-    trainer.device_skip = True
+    trainer.guard.device_skip = True
     reads = HostReads(monkeypatch, trainer)
     trainer.fit()
     assert reads.count == 0
@@ -348,7 +348,7 @@ def test_device_side_check_stops_a_diverging_run_at_the_next_logging_point(
                 trainer.pop_train_metrics()
 
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[LogEvery4()])
-    trainer.device_skip = True
+    trainer.guard.device_skip = True
     trainer.fit()
     assert trainer.diverged and "diverged" in trainer.stop_reason
     # Steps 1, 2 ran; the logging point at counter 4 gave 2 skipped steps back (2 in a row),

@@ -65,7 +65,7 @@ def test_fused_adamw_skips_a_non_finite_step_on_the_gpu(tmp_path, fault):
     trainer = make_trainer(tmp_path, fault, [log], **{"training.precision": "bf16",
                                                        "training.max_steps": 6})  # fmt: skip
     Poison(trainer.task, **{f"{fault}_steps": (3,)})
-    assert trainer.optimizer.defaults.get("fused") and trainer.device_skip
+    assert trainer.optimizer.defaults.get("fused") and trainer.guard.device_skip
     trainer.fit()
     assert trainer.state.global_step == 6 and trainer.state.nonfinite_steps == 1
     assert trainer.state.batch_in_epoch == 7  # the skipped step was made up

@@ -164,7 +164,7 @@ def test_flops_per_sample_are_counted_and_mfu_uses_the_peak(tmp_path):
         peak_tflops=1e-6,
     )
     trainer.fit()
-    assert trainer.flops_per_sample == 704 + 704 + 192
+    assert trainer.state.flops_per_sample == 704 + 704 + 192
     (metrics,) = logger.split("train")
     achieved = 1600 * metrics["samples_per_s"]
     assert metrics["model_tflops"] == pytest.approx(achieved / 1e12)
@@ -223,15 +223,15 @@ def cadence_run(tmp_path, *, scripted=None, **sets):
         callbacks=[cadence, recorder],
     )
     if scripted is not None:
-        real_run_eval, values = trainer._run_eval, iter(scripted)
+        real_run_eval, values = trainer.validation.run, iter(scripted)
 
         def run_eval(loader):
             metrics = real_run_eval(loader)
-            if loader is trainer._fast_val_loader:
+            if loader is trainer.validation.fast_loader:
                 metrics.update(next(values))
             return metrics
 
-        trainer._run_eval = run_eval
+        trainer.validation.run = run_eval
     trainer.fit()
     return trainer, recorder
 
@@ -273,7 +273,7 @@ def test_fast_validation_uses_a_fixed_subset_and_triggers_full_validation(tmp_pa
     trainer, recorder = cadence_run(
         tmp_path, **{"evaluation.fast_eval_fraction": 0.25, "evaluation.eval_steps": 5}
     )
-    subset = trainer._fast_val_loader.dataset
+    subset = trainer.validation.fast_loader.dataset
     assert len(subset) == 8 and list(subset.indices) == [0, 4, 9, 13, 18, 22, 27, 31]
     assert [step for step, _ in recorder.fast] == [2, 4, 6, 8, 12]  # 10: full is due
     improved = improved_steps(recorder.fast, "accuracy", True)
@@ -308,13 +308,13 @@ def test_default_fast_subset_is_ten_percent_of_the_real_validation_set(tmp_path)
     task.step = counting_step
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[])
     trainer.evaluate_fast()
-    assert sum(seen) == len(trainer._fast_val_loader.dataset) == 36 == round(0.1 * total)
-    indices = trainer._fast_val_loader.dataset.indices
+    assert sum(seen) == len(trainer.validation.fast_loader.dataset) == 36 == round(0.1 * total)
+    indices = trainer.validation.fast_loader.dataset.indices
     assert indices[0] == 0 and indices[-1] == total - 1  # spread over the whole set
     assert len(set(indices)) == 36
     seen.clear()
     trainer.evaluate_fast()
-    assert sum(seen) == 36 and trainer._fast_val_loader.dataset.indices == indices
+    assert sum(seen) == 36 and trainer.validation.fast_loader.dataset.indices == indices
 
 
 def test_trackers_are_readable_by_their_own_readers_and_secrets_stay_out(tmp_path, cli):

@@ -8,6 +8,10 @@ image task its validation loader again for a confusion matrix (`tasks.vision`), 
 per-batch counts the task's own `step` keeps in evaluation mode. Losses and metric sums
 stay on the device until the end of the pass: one read per pass.
 
+`Validation` is the trainer's part that runs them: the full pass over the validation loader
+and the fast pass over its fixed subset, summed over ranks, the time paused out of the
+throughput meter.
+
 `BestTracker` owns the best values of a run (`state.BestValues`, checkpointed as the part
 "best"): the best full-validation value with its step and epoch, and the best
 fast-validation value.
@@ -82,6 +86,39 @@ def fixed_subset_loader(loader: Any, fraction: float) -> Any:
         collate_fn=loader.collate_fn,
         num_workers=0,
     )
+
+
+class Validation:
+    """A run's validation passes: `run(loader)` evaluates the training model (the wrapped
+    one for the forward, the plain one for the mode), sums every rank's shard, and counts
+    the time as paused in `meter`; `fast_loader` is the fixed subset, built on first use."""
+
+    def __init__(self, task: Any, prepared: Any, *, device: torch.device, precision: Any,
+                 distributed: bool, meter: Any, fast_fraction: float) -> None:  # fmt: skip
+        self.task, self.prepared, self.device, self.precision = task, prepared, device, precision
+        self.distributed, self.meter, self.fast_fraction = distributed, meter, fast_fraction
+        self._fast_loader: Any = None
+
+    @property
+    def fast_loader(self) -> Any:
+        if self._fast_loader is None:
+            self._fast_loader = fixed_subset_loader(self.task.val_loader, self.fast_fraction)
+        return self._fast_loader
+
+    def run(self, loader: Any) -> dict[str, float]:
+        """The task's metrics over `loader` (a stop request ends it with StopRequested
+        unless the run is distributed: every rank must finish the pass's collectives)."""
+        from trainforge.engine.meters import sum_over_ranks
+
+        started = self.meter.clock()  # the trainer's clock, which times the whole loop
+        loss_sum, weight, sums = evaluate_batches(
+            self.task, self.prepared.forward, loader, device=self.device,
+            precision=self.precision, module=self.prepared.model, stoppable=not self.distributed,
+        )  # fmt: skip
+        (loss_sum, weight), sums = sum_over_ranks([loss_sum, weight], sums)  # ranks' shards
+        metrics = self.task.metrics(loss_sum, int(weight), sums)
+        self.meter.paused_s += self.meter.clock() - started
+        return metrics
 
 
 class BestTracker:

@@ -23,11 +23,14 @@ guard covers fp32/bf16 runs and the divergence stop.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainforge.engine.state import NonFiniteCounts
+
+if TYPE_CHECKING:
+    from trainforge.engine.trainer import Trainer
 
 
 class NonFiniteGuard:
@@ -41,6 +44,17 @@ class NonFiniteGuard:
         # [skipped steps, their loss weight] since the last settle, and the current streak
         self._skipped_dev: torch.Tensor | None = None
         self._consecutive_dev: torch.Tensor | None = None
+
+    @classmethod
+    def for_run(cls, counts: NonFiniteCounts, training: Any, device: torch.device,
+                optimizer: Any) -> NonFiniteGuard:  # fmt: skip
+        """The guard `training` asks for; device mode where the check can stay on the GPU
+        (CUDA with fused AdamW, module doc)."""
+        fused = device.type == "cuda" and bool(optimizer.defaults.get("fused"))
+        return cls(
+            counts, enabled=training.skip_nonfinite_steps, device_skip=fused,
+            limit=training.max_consecutive_nonfinite_steps,
+        )  # fmt: skip
 
     # checkpointed part "nonfinite": device counts are settled before every save
     def state_dict(self) -> dict[str, Any]:
@@ -130,3 +144,27 @@ class NonFiniteGuard:
                 f"{c.nonfinite_steps} in total)"
             )
         return skipped, skipped_weight
+
+
+def settle_skips(trainer: Trainer) -> None:
+    """Device-side finite check: read the skips counted since the last call (one read, at
+    a logging point, a checkpoint, a due cadence step or the end), take them back out of
+    the trainer's step counter and schedule, and stop a run that keeps diverging."""
+    from trainforge.engine.schedule import rewind
+
+    skipped, weight = trainer.guard.settle(trainer.state.global_step)
+    if not skipped:
+        return
+    # The kernel left parameters, moments and its step counters untouched; the counter
+    # and the schedule went on, so they go back: from here on the run equals one that
+    # never saw the bad steps (fused AdamW's own step counters were never advanced).
+    trainer.state.global_step -= skipped
+    rewind(trainer.scheduler, skipped)
+    trainer.meter.give_back(skipped, weight)
+    stop_if_diverged(trainer)
+
+
+def stop_if_diverged(trainer: Trainer) -> None:
+    if trainer.guard.diverged():
+        trainer.diverged = True
+        trainer.stop(trainer.guard.reason)

@@ -203,3 +203,8 @@ def flop_counter(state: Any) -> Any:
 
     state.flops_per_sample = 0.0  # counted once, even if counting fails below
     return FlopCounterMode(display=False)
+
+
+def as_flops(tflops: float | None) -> float | None:
+    """TFLOP/s (a peak from the table, the config or a measurement) as FLOP/s."""
+    return tflops * 1e12 if tflops else None

@@ -1,8 +1,8 @@
 """What the `Trainer` saves and how it comes back: every part with state registered once
 for the checkpointer (`state_registry`), what a checkpoint's meta says (`checkpoint_meta`),
 the setup each checkpoint records (`run_setup`), what a change of setup means for a resume
-(`setup_changes`) and the restore itself (`restore`): exact on the same setup, moved on
-another split of the step. The trainer module keeps the loop; this one keeps its
+(`setup_changes`), the save (`save`) and the restore (`restore`): exact on the same
+setup, moved on another split of the step. The trainer module keeps the loop; this one keeps its
 checkpoint face (torchtitan keeps its stateful parts behind one checkpointer the same way).
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine.guard import settle_skips
 from trainforge.engine.stateful import (
     ModelState,
     OptimizerState,
@@ -135,3 +136,24 @@ def checkpoint_meta(trainer: Trainer) -> dict[str, Any]:
         "versions": ckpt.library_versions(), "world_size": trainer.dist.world_size,
         "sharded": trainer.sharded, "setup": run_setup(trainer),
     }  # fmt: skip
+
+
+def save(trainer: Trainer, name: str, *, wait: bool = False) -> Path:
+    """Save every registered part as checkpoint `name` (`engine.checkpointer`): copied to
+    CPU memory, then written on the background thread unless `checkpoint.async_save` is off
+    or `wait`. The loop stalls only for the copy. Weights holding NaN or Inf are never
+    written: the write is dropped with one line and the previous checkpoints stay the
+    newest. The time it takes is paused out of the throughput meter."""
+    paused_from = trainer.meter.clock()  # the trainer's clock, which times the whole loop
+    settle_skips(trainer)  # the skip counters go into the checkpoint
+    trainer.last_checkpoint_step = trainer.state.global_step  # every rank, every save path
+    trainer.checkpointer.writer.wait()  # the copy buffers are free again
+    trainer.state.train_time_s = trainer.elapsed_s()
+    trainer.restart_clock()
+    folder = trainer.checkpointer.root / name
+    reports = trainer.checkpointer.save(name, wait=wait)
+    trainer.last_checkpoint = folder
+    if reports:
+        trainer.meter.paused_s += trainer.meter.clock() - paused_from
+        trainer.emit("on_save", folder)
+    return folder

@@ -4,11 +4,12 @@
 gradient accumulation and precision. It emits events; everything else (evaluation and
 checkpoint cadence, time limit, signals, logging, progress) is a callback. Its parts are
 small classes that own their state: model preparation (`engine.prepare`), the non-finite
-guard (`engine.guard`), the training meters (`engine.meters`), evaluation and the best
-tracker (`engine.evaluate`), the schedule (`engine.schedule`). Every part with state is
-registered once in the state registry (`engine.stateful`), which the checkpointer
-(`engine.checkpointer`) saves and restores; the registration, the checkpoint meta and the
-restore are `engine.resumable`'s, the FLOP count's start `engine.meters`'.
+guard and the settling of its device-side skips (`engine.guard`), the training meters
+(`engine.meters`), the validation passes and the best tracker (`engine.evaluate`), the
+schedule (`engine.schedule`). Every part with state is registered once in the state
+registry (`engine.stateful`), which the checkpointer (`engine.checkpointer`) saves and
+restores; the registration, the checkpoint meta, the save and the restore are
+`engine.resumable`'s, the FLOP count's start `engine.meters'`.
 
 Gradient accumulation weights each micro-batch's mean loss by its item count and divides
 the summed gradients by the window's total, so a window of any shape (including a short
@@ -26,28 +27,19 @@ import torch
 
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
-from trainforge.engine import checkpoint as ckpt
 from trainforge.engine import resumable, stop
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.checkpointer import Checkpointer
-from trainforge.engine.evaluate import BestTracker, evaluate_batches, fixed_subset_loader
+from trainforge.engine.evaluate import BestTracker, Validation
 from trainforge.engine.gradients import finish_gradients
-from trainforge.engine.guard import NonFiniteGuard
-from trainforge.engine.meters import (
-    NO_COUNT,
-    AccumulationSums,
-    TrainMeter,
-    flop_counter,
-    sum_over_ranks,
-)
+from trainforge.engine.guard import NonFiniteGuard, settle_skips, stop_if_diverged
+from trainforge.engine.meters import NO_COUNT, AccumulationSums, TrainMeter, as_flops, flop_counter
 from trainforge.engine.optimizers import build_optimizer
 from trainforge.engine.precision import PrecisionPlan
 from trainforge.engine.prepare import prepare_model
-from trainforge.engine.schedule import build_run_schedule, rewind
+from trainforge.engine.schedule import build_run_schedule
 from trainforge.engine.state import FitResult, TrainerState, plan_steps
-from trainforge.engine.stateful import (
-    ModelState,
-)
+from trainforge.engine.stateful import ModelState
 from trainforge.engine.task import Task
 
 
@@ -85,12 +77,7 @@ class Trainer:
             self.optimizer, config, self.steps_per_epoch, self.total_steps
         )
         self.state = TrainerState()
-        # Device mode (CUDA, fused AdamW): the finite check stays on the GPU (engine.guard).
-        fused = device.type == "cuda" and bool(self.optimizer.defaults.get("fused"))
-        self.guard = NonFiniteGuard(
-            self.state.nonfinite, enabled=t.skip_nonfinite_steps, device_skip=fused,
-            limit=t.max_consecutive_nonfinite_steps,
-        )  # fmt: skip
+        self.guard = NonFiniteGuard.for_run(self.state.nonfinite, t, device, self.optimizer)
         e = config.evaluation
         self.best = BestTracker(self.state.best, e.metric_for_best_model, e.greater_is_better)
         self.meter = TrainMeter(lambda: time.perf_counter())  # this module's clock: one for all
@@ -104,9 +91,15 @@ class Trainer:
         self.last_step_loss: torch.Tensor | None = None
         self.last_checkpoint: Path | None = None
         self.last_checkpoint_step: int | None = None
-        self.last_val, self._fast_val_loader = {}, None
+        self.last_val: dict[str, float] = {}
+        self.validation = Validation(
+            task, self.prepared, device=device, precision=self.precision,
+            distributed=self.dist.enabled, meter=self.meter,
+            fast_fraction=config.evaluation.fast_eval_fraction,
+        )  # fmt: skip
         # MFU: the table's (or configured) peak and the measured one (hardware.peak_probe).
-        self.peak_flops, self.measured_peak_flops = map(_flops, (peak_tflops, measured_peak_tflops))
+        self.peak_flops = as_flops(peak_tflops)
+        self.measured_peak_flops = as_flops(measured_peak_tflops)
         self.should_stop, self.stop_reason, self.stop_signal = False, "finished", None
         self.interrupted = self.diverged = False
         self._clock_start = time.monotonic()
@@ -120,6 +113,9 @@ class Trainer:
     def elapsed_s(self) -> float:
         return self.state.train_time_s + time.monotonic() - self._clock_start
 
+    def restart_clock(self) -> None:
+        self._clock_start = time.monotonic()
+
     def stop(self, reason: str) -> None:
         self.should_stop = True
         self.stop_reason = reason
@@ -129,7 +125,7 @@ class Trainer:
         end only): they give their steps back, and the run trains on to the real total."""
         if self.state.global_step < self.total_steps:
             return False
-        self.settle_nonfinite()
+        settle_skips(self)
         return self.state.global_step >= self.total_steps
 
     def step_due(self, every: int | None) -> bool:
@@ -138,7 +134,7 @@ class Trainer:
         checkpoint or evaluation it triggers reads from the device anyway."""
         if not every or self.state.global_step % every:
             return False
-        self.settle_nonfinite()
+        settle_skips(self)
         return self.state.global_step % every == 0
 
     @property
@@ -148,33 +144,9 @@ class Trainer:
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 
-    @property
-    def device_skip(self) -> bool:
-        return self.guard.device_skip
-
-    @device_skip.setter
-    def device_skip(self, value: bool) -> None:
-        self.guard.device_skip = value
-
-    @property
-    def writer(self) -> ckpt.CheckpointWriter:
-        return self.checkpointer.writer
-
-    @writer.setter
-    def writer(self, value: ckpt.CheckpointWriter) -> None:
-        self.checkpointer.writer = value
-
-    @property
-    def flops_per_sample(self) -> float | None:
-        return self.state.flops_per_sample
-
-    @flops_per_sample.setter
-    def flops_per_sample(self, value: float | None) -> None:
-        self.state.flops_per_sample = value
-
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
-        self._clock_start = time.monotonic()
+        self.restart_clock()
         stop.clear()  # a request left by an earlier fit in this process is not this run's
         if self.meter.steps == 0:
             # The first logging interval starts here, not when the trainer was built:
@@ -189,11 +161,11 @@ class Trainer:
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
-        self.writer.wait()  # every checkpoint is on disk before fit returns
-        self.settle_nonfinite()
+        self.checkpointer.writer.wait()  # every checkpoint is on disk before fit returns
+        settle_skips(self)
         parallel.barrier()
         self.state.train_time_s = self.elapsed_s()
-        self._clock_start = time.monotonic()
+        self.restart_clock()
         self.emit("on_fit_end")
         return FitResult(self.state, dict(self.last_val), self.stop_reason, self.interrupted)
 
@@ -235,7 +207,8 @@ class Trainer:
             self.state.batch_in_epoch += 1
             epoch_done = self.state.batch_in_epoch >= num_batches
             if closes and self._optimizer_step():
-                self.writer.check()  # a background save the disk refused stops the run here
+                # A background save the disk refused stops the run here.
+                self.checkpointer.writer.check()
                 self.emit("on_step_end")
             self.emit("on_batch_end")
             if epoch_done:
@@ -269,7 +242,7 @@ class Trainer:
             else:
                 loss.backward()
         if counter is not NO_COUNT:
-            self.flops_per_sample = counter.get_total_flops() / max(1, samples)
+            self.state.flops_per_sample = counter.get_total_flops() / max(1, samples)
         return weighted, out
 
     def _optimizer_step(self) -> bool:
@@ -300,58 +273,27 @@ class Trainer:
                 scaler.update()
             self.guard.skipped_on_host(self.state.global_step + 1)
             self.meter.skipped += 1
-            self._stop_if_diverged()
+            stop_if_diverged(self)
         self.optimizer.zero_grad(set_to_none=True)
         sums.reset()
         return finite
 
-    def settle_nonfinite(self) -> None:
-        """Device-side finite check: read the skips counted since the last call (one read,
-        at a logging point, a checkpoint, a due cadence step or the end), take them back
-        out of the step counter and the schedule, and stop a run that keeps diverging."""
-        skipped, weight = self.guard.settle(self.state.global_step)
-        if not skipped:
-            return
-        # The kernel left parameters, moments and its step counters untouched; the counter
-        # and the schedule went on, so they go back: from here on the run equals one that
-        # never saw the bad steps (fused AdamW's own step counters were never advanced).
-        self.state.global_step -= skipped
-        rewind(self.scheduler, skipped)
-        self.meter.give_back(skipped, weight)
-        self._stop_if_diverged()
-
-    def _stop_if_diverged(self) -> None:
-        if self.guard.diverged():
-            self.diverged = True
-            self.stop(self.guard.reason)
-
     def pop_train_metrics(self) -> dict[str, float]:
         """Synchronise once, turn the logging interval into metrics, start a new one."""
         self.sync()
-        self.settle_nonfinite()
+        settle_skips(self)
         return self.meter.report(
-            self.task, lr=self.current_lr(), flops_per_sample=self.flops_per_sample,
+            self.task, lr=self.current_lr(), flops_per_sample=self.state.flops_per_sample,
             peak_flops=self.peak_flops, measured_peak_flops=self.measured_peak_flops,
             grad_norm=self.last_grad_norm,
         )  # fmt: skip
 
     # ------------------------------------------------------------ evaluation
-    def _run_eval(self, loader: Any) -> dict[str, float]:
-        started = time.perf_counter()
-        loss_sum, weight, sums = evaluate_batches(
-            self.task, self.forward_model, loader, device=self.device,
-            precision=self.precision, module=self.model, stoppable=not self.dist.enabled,
-        )  # fmt: skip
-        (loss_sum, weight), sums = sum_over_ranks([loss_sum, weight], sums)  # ranks' shards
-        metrics = self.task.metrics(loss_sum, int(weight), sums)
-        self.meter.paused_s += time.perf_counter() - started
-        return metrics
-
     def evaluate(self) -> dict[str, float]:
         """Full validation; tracks the best metric and emits `on_eval_end`. A stop request
         during the pass leaves it ({} and no event): the graceful stop saves the step."""
         try:
-            metrics = self._run_eval(self.task.val_loader)
+            metrics = self.validation.run(self.task.val_loader)
         except stop.StopRequested:
             return {}
         self.best.full(metrics, self.state.global_step, self.state.epoch)
@@ -361,15 +303,9 @@ class Trainer:
 
     def evaluate_fast(self) -> tuple[dict[str, float], bool]:
         """Validation on a fixed subset (the same samples every time); (metrics, improved).
-
-        Emits `on_fast_eval_end`; the best checkpoint is decided by full validation only.
-        """
-        if self._fast_val_loader is None:
-            self._fast_val_loader = fixed_subset_loader(
-                self.task.val_loader, self.config.evaluation.fast_eval_fraction
-            )
+        Emits `on_fast_eval_end`; the best checkpoint is decided by full validation only."""
         try:
-            metrics = self._run_eval(self._fast_val_loader)
+            metrics = self.validation.run(self.validation.fast_loader)
         except stop.StopRequested:
             return {}, False
         improved = self.best.fast(metrics)
@@ -378,24 +314,8 @@ class Trainer:
 
     # ----------------------------------------------------------- checkpoints
     def save_checkpoint(self, name: str, *, wait: bool = False) -> Path:
-        """Save every registered part as checkpoint `name` (`engine.checkpointer`): copied
-        to CPU memory, then written on the background thread unless `checkpoint.async_save`
-        is off or `wait`. The loop stalls only for the copy. Weights holding NaN or Inf are
-        never written: the write is dropped with one line and the previous checkpoints
-        stay the newest."""
-        paused_from = time.perf_counter()
-        self.settle_nonfinite()  # the skip counters go into the checkpoint
-        self.last_checkpoint_step = self.state.global_step  # every rank, every save path
-        self.writer.wait()  # the copy buffers are free again
-        self.state.train_time_s = self.elapsed_s()
-        self._clock_start = time.monotonic()
-        folder = self.checkpointer.root / name
-        reports = self.checkpointer.save(name, wait=wait)
-        self.last_checkpoint = folder
-        if reports:
-            self.meter.paused_s += time.perf_counter() - paused_from
-            self.emit("on_save", folder)
-        return folder
+        """Save every registered part as checkpoint `name` (`engine.resumable.save`)."""
+        return resumable.save(self, name, wait=wait)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on CPU (gathered from the shards under FSDP; a
@@ -406,12 +326,3 @@ class Trainer:
         """Restore every registered part from `folder`; returns the checkpoint's meta
         (`engine.resumable.restore`: exact on the same setup, moved on another split)."""
         return resumable.restore(self, folder)
-
-    def setup(self) -> dict[str, Any]:
-        """How this run computes (kept in each checkpoint's meta): what decides whether a
-        resume is bitwise."""
-        return resumable.run_setup(self)
-
-
-def _flops(tflops: float | None) -> float | None:
-    return tflops * 1e12 if tflops else None

@@ -138,7 +138,7 @@ def _facts(
         "config_hash": trainer.config_hash,
         "precision": trainer.precision.name,
         "samples_per_s": metrics.last_train.get("samples_per_s"),
-        "flops_per_sample": trainer.flops_per_sample or None,
+        "flops_per_sample": trainer.state.flops_per_sample or None,
         "mfu": metrics.last_train.get("mfu"),
         "mfu_measured": metrics.last_train.get("mfu_measured"),
         "peak_tflops": trainer.peak_flops / 1e12 if trainer.peak_flops else None,

@@ -362,6 +362,8 @@ def record_segment(
     the machines, process counts and splits a run has moved over."""
     import socket
 
+    from trainforge.engine.resumable import run_setup
+
     if not parallel.context().is_main:
         return
     record = folder.read_run()
@@ -369,7 +371,7 @@ def record_segment(
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "folder": str(folder.path.resolve()),
-        **trainer.setup(),
+        **run_setup(trainer),
         "from_checkpoint": start_from.name if start_from else None,
         "from_step": trainer.state.global_step,
         "resume": guarantee,
