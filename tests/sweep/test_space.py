@@ -47,6 +47,41 @@ def test_a_value_the_cross_field_rules_refuse_is_caught_before_any_trial(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_entrys_options_are_searched_by_their_paths_and_misspellings_are_named(
+    tmp_path, space_file
+):
+    """`data.options.*` and `optimizer.args.*` are fields of the entries the config picks
+    (the digits data set, AdamW): a space searches them like any field."""
+    space = space_file(
+        "params:\n"
+        "  optimizer.args.adam_beta3: {choice: [0.99, 0.999]}\n"  # misspelt
+        "  data.options.val_fraction: {uniform: [0.1, 1.5]}\n"  # over 1: refused
+    )
+    done = run_sweep(tmp_path, sweep_args(space, 2, "options"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert any("params.optimizer.args.adam_beta3: unknown field; did you mean "
+               "optimizer.args.adam_beta2?" in line for line in lines), lines  # fmt: skip
+    assert any("data.options.val_fraction = 1.5 is refused" in line for line in lines), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_trials_train_with_the_entry_options_they_drew(tmp_path, space_file):
+    space = space_file(
+        "params:\n"
+        "  optimizer.args.adam_beta2: {choice: [0.95, 0.99]}\n"
+        "  data.options.val_fraction: {uniform: [0.1, 0.3]}\n"
+    )
+    done = run_sweep(tmp_path, sweep_args(space, 2, "drawn", "--max_steps", "3"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for number in range(2):
+        trial = tmp_path / "runs" / "drawn" / f"trial-{number:03d}"
+        resolved = yaml.safe_load((trial / "config.resolved.yaml").read_text())
+        assert resolved["optimizer"]["args"]["adam_beta2"] in (0.95, 0.99)
+        assert 0.1 <= resolved["data"]["options"]["val_fraction"] <= 0.3
+
+
 def test_unknown_keys_distributions_and_presets_are_named():
     _, problems = parse_space(
         {"metrc": "accuracy", "lr": "warm", "params": {"a.b": {"normal": [0, 1]}}}, "s.yaml"

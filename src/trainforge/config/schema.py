@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainforge.options import check_options, options_model
+from trainforge.options import Options, check_options, options_model
 from trainforge.registry import (
     CLASS_PATH,
     DATASETS,
@@ -799,6 +799,28 @@ def flat_alias_types() -> dict[str, Any]:
                 if name in OWNED_OPTIONS[where]:
                     out.setdefault(f"{section}.{name}", info.annotation)
     return out
+
+
+def option_types(config: BaseModel, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> type of each option of the entries a resolved config picked
+    (`data.options.val_fraction`, `optimizer.args.momentum`, `logging.options.csv.X`): the
+    fields a sweep may search beside the schema's own."""
+    out: dict[str, Any] = {}
+    for name in type(config).model_fields:
+        value, path = getattr(config, name), f"{prefix}{name}"
+        if isinstance(value, Section):
+            out.update(option_types(value, f"{path}."))
+        elif isinstance(value, Options):
+            out.update(option_types_of(value, path))
+        elif isinstance(value, dict):  # logging.options: logger name -> its options
+            for key, item in value.items():
+                if isinstance(item, Options):
+                    out.update(option_types_of(item, f"{path}.{key}"))
+    return out
+
+
+def option_types_of(options: Options, path: str) -> dict[str, Any]:
+    return {f"{path}.{k}": f.annotation for k, f in type(options).model_fields.items()}
 
 
 def value_paths(config: BaseModel, prefix: str = "") -> list[str]:

@@ -141,6 +141,7 @@ def _check_config(args: Any, space: Space, metric: str | None) -> tuple[Any, lis
     value."""
     from trainforge.config import ConfigError, validate
     from trainforge.config.flags import leaf_types
+    from trainforge.config.schema import option_types
     from trainforge.hardware import detect
 
     platform = detect()
@@ -171,7 +172,10 @@ def _check_config(args: Any, space: Space, metric: str | None) -> tuple[Any, lis
     problems = []
     if metric is not None:
         problems = [f"metric: {line}" for line in probe("evaluation.metric_for_best_model", metric)]
-    return base, problems + check_against_schema(space, leaf_types(), probe)
+    # An entry's options (`data.options.val_fraction`, `optimizer.args.momentum`) are fields
+    # of the entries the base config picked.
+    fields = {**leaf_types(), **option_types(base.config)}
+    return base, problems + check_against_schema(space, fields, probe)
 
 
 def _reason(line: str, path: str, value: Any) -> str:
