@@ -132,12 +132,19 @@ def samples_per_s(w: Workload, results: list[SideResult], clock: str) -> float:
     return w.timed_samples / median([getattr(r, attribute) for r in results])
 
 
+def speed_ratio(ours: list[SideResult], base: list[SideResult], clock: str) -> float:
+    """`ours` samples/s over `base`'s as the median of the rounds' own ratios: the two sides
+    of a round ran seconds apart, so a slow spell of a shared machine (another guest on the
+    host) falls on both and cancels, where a ratio of medians would keep it."""
+    attribute = "cpu_seconds" if clock == "cpu" else "seconds"
+    pairs = zip(ours, base, strict=True)
+    return median([getattr(b, attribute) / getattr(a, attribute) for a, b in pairs])
+
+
 def workload_table(
     key: str, w: Workload, runs: dict[str, list[SideResult]], repeats: int, clock: str
 ) -> tuple[str, dict[str, float]]:
     """(table text, ratios) for one workload; the ratios use `clock` ("cpu" or "wall")."""
-    wall_base = samples_per_s(w, runs[PLAIN], "wall")
-    cpu_base = samples_per_s(w, runs[PLAIN], "cpu")
     rows = []
     for name, results in runs.items():
         wall = samples_per_s(w, results, "wall")
@@ -146,24 +153,25 @@ def workload_table(
             [
                 name,
                 f"{wall:,.0f}",
-                f"{wall / wall_base:.3f}",
+                f"{speed_ratio(results, runs[PLAIN], 'wall'):.3f}",
                 f"{cpu:,.0f}",
-                f"{cpu / cpu_base:.3f}",
+                f"{speed_ratio(results, runs[PLAIN], 'cpu'):.3f}",
                 str(results[0].optimizer_steps),
                 f"{median([r.probe_loss for r in results]):.5f}",
                 f"{median([r.memory.rss_mib for r in results]):,.0f}",
                 f"+{median([r.memory.rss_growth_mib for r in results]):,.0f}",
             ]
         )
-    ours = samples_per_s(w, runs[TRAINFORGE], clock)
+    ours = runs[TRAINFORGE]
     ratios = {
-        f"engine_{key}_vs_plain": ours / samples_per_s(w, runs[PLAIN], clock),
-        f"engine_{key}_vs_lightning": ours / samples_per_s(w, runs[LIGHTNING], clock),
-        f"engine_{key}_vs_hf": ours / samples_per_s(w, runs[HF], clock),
+        f"engine_{key}_vs_plain": speed_ratio(ours, runs[PLAIN], clock),
+        f"engine_{key}_vs_lightning": speed_ratio(ours, runs[LIGHTNING], clock),
+        f"engine_{key}_vs_hf": speed_ratio(ours, runs[HF], clock),
     }
     text = table(
         f"engine overhead, {w.name}: {w.warmup_steps} warm-up + {w.timed_steps} timed optimizer "
-        f"steps, median of {repeats} alternating rounds; verdicts use the "
+        f"steps, median of {repeats} alternating rounds (vs: the median of the rounds' own "
+        f"ratios); verdicts use the "
         f"{'CPU-time' if clock == 'cpu' else 'wall-clock'} columns",
         ["side", "samples/s wall", "vs plain", "samples/s CPU time", "vs plain", "opt steps",
          "final loss", "peak RSS MiB", "+MiB"],

@@ -23,6 +23,7 @@ BENCHMARKS = [
     ("whole_job", "whole_job_ratio", 1.0, "<="),
     ("whole_job", "whole_job_startup_extra_s", 1.5, "<="),
     ("whole_job", "whole_job_accuracy_delta", 0.0, ">="),
+    ("whole_job", "whole_job_training_ratio", None, "info"),
     ("checkpoint_stall", "checkpoint_sync_ratio", 1.5, "<="),
     ("checkpoint_stall", "checkpoint_stall_ratio", 0.05, "<="),
     ("web_load", "web_poll_p99_ms", 200.0, "<="),
