@@ -94,7 +94,8 @@ def run(width: int = 2048, repeats: int = 5, device: str = "cpu") -> tuple[str, 
             stall = timed(lambda: background.save_checkpoint("checkpoint-1"))
             forward_backward()
             stall += timed(ckpt.wait_for_copies)  # what the next optimizer.step waits for
-            background.checkpointer.writer.wait()  # not part of the stall: the loop would be training
+            # Not part of the stall: the loop would be training.
+            background.checkpointer.writer.wait()
             return stall
 
         cases = alternate(
