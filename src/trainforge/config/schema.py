@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainforge.options import Options, check_options, options_model
+from trainforge.options import check_options, options_model
 from trainforge.registry import (
     CLASS_PATH,
     DATASETS,
@@ -801,26 +801,21 @@ def flat_alias_types() -> dict[str, Any]:
     return out
 
 
-def option_types(config: BaseModel, prefix: str = "") -> dict[str, Any]:
+def option_types(config: BaseModel) -> dict[str, Any]:
     """Dotted path -> type of each option of the entries a resolved config picked
-    (`data.options.val_fraction`, `optimizer.args.momentum`, `logging.options.csv.X`): the
-    fields a sweep may search beside the schema's own."""
+    (`data.options.val_fraction`, `optimizer.args.momentum`, `logging.options.csv.X`), read
+    at the `OWNED_OPTIONS` mappings: the fields a sweep may search beside the schema's own."""
     out: dict[str, Any] = {}
-    for name in type(config).model_fields:
-        value, path = getattr(config, name), f"{prefix}{name}"
-        if isinstance(value, Section):
-            out.update(option_types(value, f"{path}."))
-        elif isinstance(value, Options):
-            out.update(option_types_of(value, path))
-        elif isinstance(value, dict):  # logging.options: logger name -> its options
-            for key, item in value.items():
-                if isinstance(item, Options):
-                    out.update(option_types_of(item, f"{path}.{key}"))
+    for where in OWNED_OPTIONS:
+        section, _, field = where.partition(".")
+        value = getattr(getattr(config, section), field)
+        owned = value.items() if isinstance(value, dict) else [("", value)]
+        for key, options in owned:  # logging.options: logger name -> its options
+            if isinstance(options, BaseModel):
+                base = f"{where}.{key}" if key else where
+                fields = type(options).model_fields.items()
+                out.update({f"{base}.{name}": info.annotation for name, info in fields})
     return out
-
-
-def option_types_of(options: Options, path: str) -> dict[str, Any]:
-    return {f"{path}.{k}": f.annotation for k, f in type(options).model_fields.items()}
 
 
 def value_paths(config: BaseModel, prefix: str = "") -> list[str]:
