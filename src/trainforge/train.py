@@ -77,6 +77,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
 
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
+    from trainforge.hardware.allocator import tune_host_allocator
     from trainforge.hardware.threads import apply_threads, thread_count
     from trainforge.observe.loggers import build_loggers, flatten
     from trainforge.run import header, init_from, outputs, resume
@@ -93,6 +94,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
     # Another run's weights, found before any data loads; a resumed run has them already.
     source = None if start_from else init_from.locate(resolved.config)
     apply_threads(thread_count(resolved.config.training.num_threads, recorded))
+    tune_host_allocator()  # before the data and the model take memory
     build = init_from.frozen_builder(build_task)  # model.freeze holds for the probe too
     # `per_device_train_batch_size: auto` becomes numbers before any task or loader exists.
     resolved, fit_line = fit_batch(resolved, platform, device, build, start_from)
