@@ -6,8 +6,9 @@ synthetic data held in memory, in the same batch order, with the same AdamW (tra
 parameter groups and implementation), gradient clipping at norm 1.0, constant learning rate,
 fp32, the same number of optimizer steps and the same torch threads, with no logging,
 progress bar, evaluation or checkpointing. Each framework runs with its own fast settings
-(peers/). The timed window starts after the warm-up steps; the sides alternate, `repeats`
-rounds, and the table shows medians. Two workloads: a tiny MLP, where per-step overhead is
+(peers/). The timed window starts after the warm-up steps; the sides alternate, `ROUNDS`
+rounds (the plain loop and trainforge back to back at the start of each, in turns first),
+and the table shows medians. Two workloads: a tiny MLP, where per-step overhead is
 a large share of the step, and a small ViT, where compute dominates.
 
 Diagnostic rows (not part of any verdict) show what two changes in the trainforge engine
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, bench_threads, median, memory_note, table, torch_threads
+from common import bench_threads, median, memory_note, table, torch_threads
 from peers.hf_side import run_hf
 from peers.lightning_side import run_lightning
 from peers.plain import run_plain
@@ -69,7 +70,7 @@ def synthetic_cifar(num_samples: int, seed: int = 0) -> tuple[torch.Tensor, torc
 
 
 def mlp_workload(
-    batch_size: int = 64, hidden: int = 64, warmup: int = 10, timed: int = 500
+    batch_size: int = 64, hidden: int = 64, warmup: int = 10, timed: int = 200
 ) -> Workload:
     def make() -> nn.Module:
         torch.manual_seed(0)
@@ -121,9 +122,19 @@ def vit_workload(
 def measure(
     w: Workload, repeats: int, sides: dict[str, Callable[[Workload], SideResult]] | None = None
 ) -> dict[str, list[SideResult]]:
-    """Every side once per round, in turn, `repeats` rounds."""
+    """Every side once per round, `repeats` rounds. The verdict's pair (the plain loop and
+    trainforge) runs back to back at the start of each round, in turns first, so a slow spell
+    of the host falls on both halves of a pair; the other sides follow in rotated order."""
     chosen = sides or {**SIDES, **DIAGNOSTICS}
-    return alternate({name: (lambda fn=fn: fn(w)) for name, fn in chosen.items()}, repeats)
+    pair = [name for name in (PLAIN, TRAINFORGE) if name in chosen]
+    others = [name for name in chosen if name not in pair]
+    results: dict[str, list[SideResult]] = {name: [] for name in chosen}
+    for round_index in range(repeats):
+        first = pair if round_index % 2 == 0 else pair[::-1]
+        shift = round_index % len(others) if others else 0
+        for name in first + others[shift:] + others[:shift]:
+            results[name].append(chosen[name](w))
+    return results
 
 
 def samples_per_s(w: Workload, results: list[SideResult], clock: str) -> float:
@@ -199,19 +210,29 @@ SETTINGS = (
 )
 
 
+# Rounds per workload. The tiny MLP's step is about 2 ms, so a round's window is short and a
+# slow spell of the host (on the 2-core VM: the same side's step moved between 1.96 and
+# 3.82 ms from one set of rounds to the next) swings a pair's ratio by up to 10 %. 21 pairs of
+# 200-step windows, each pair back to back, replace 9 rotated rounds of 500: more pairs,
+# and the two halves of each closer together in time.
+ROUNDS = {"mlp": 21, "vit": 9}
+
+
 def run(
-    repeats: int = 9,
+    repeats: int | None = None,
     workloads: dict[str, Workload] | None = None,
     threads: int | None = None,
 ) -> tuple[str, dict[str, float]]:
+    """`repeats`: rounds for every workload (default: `ROUNDS`)."""
     count = threads or bench_threads()
     chosen = workloads or {"mlp": mlp_workload(), "vit": vit_workload()}
     texts, ratios = [SETTINGS.format(threads=count)], {}
     clock = "cpu" if count == 1 else "wall"
     with torch_threads(count):
         for key, w in chosen.items():
-            runs = measure(w, repeats)
-            text, found = workload_table(key, w, runs, repeats, clock)
+            repeats_here = repeats or ROUNDS.get(key, 9)
+            runs = measure(w, repeats_here)
+            text, found = workload_table(key, w, runs, repeats_here, clock)
             texts.append(text)
             ratios.update(found)
     return "\n\n".join(texts), ratios

@@ -71,3 +71,14 @@ def test_run_prints_one_table_per_workload_and_the_ratios_it_judges():
         f"engine_{key}_vs_{peer}" for key in ("mlp", "vit") for peer in ("plain", "lightning", "hf")
     }
     assert all(math.isfinite(value) and value > 0 for value in ratios.values())
+
+
+def test_the_verdicts_pair_runs_back_to_back_first_in_turns():
+    order = []
+    sides = {name: (lambda w, name=name: order.append(name)) for name in
+             [eo.LIGHTNING, eo.PLAIN, eo.HF, eo.TRAINFORGE]}  # fmt: skip
+    runs = eo.measure(tiny_mlp(), repeats=4, sides=sides)
+    rounds = [order[i : i + 4] for i in range(0, 16, 4)]
+    assert [r[:2] for r in rounds] == [[eo.PLAIN, eo.TRAINFORGE], [eo.TRAINFORGE, eo.PLAIN]] * 2
+    assert [r[2:] for r in rounds] == [[eo.LIGHTNING, eo.HF], [eo.HF, eo.LIGHTNING]] * 2
+    assert all(len(results) == 4 for results in runs.values())
