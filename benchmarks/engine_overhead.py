@@ -212,7 +212,7 @@ SETTINGS = (
 
 # Rounds per workload. The tiny MLP's step is about 2 ms, so a round's window is short and a
 # slow spell of the host (on the 2-core VM: the same side's step moved between 1.96 and
-# 3.82 ms from one set of rounds to the next) swings a pair's ratio by up to 10 %. 21 pairs of
+# 3.82 ms from one set of rounds to the next) swings a pair's ratio by 10 % and more. 21 pairs of
 # 200-step windows, each pair back to back, replace 9 rotated rounds of 500: more pairs,
 # and the two halves of each closer together in time.
 ROUNDS = {"mlp": 21, "vit": 9}
