@@ -58,10 +58,10 @@ def _mallopt():
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        gnu_get_libc_version = libc.gnu_get_libc_version  # glibc only (musl lacks it)
-    except (OSError, AttributeError):
+    except OSError:
         return None
-    del gnu_get_libc_version
+    if not hasattr(libc, "gnu_get_libc_version"):  # glibc only (musl lacks it)
+        return None
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
