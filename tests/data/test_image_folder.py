@@ -136,7 +136,7 @@ def test_unreadable_image_met_while_training_names_the_file(
 ) -> None:
     """An image outside validation's sample still stops the run in one line."""
     from trainforge.data.image_folder import ImageFileDataset
-    from trainforge.data.loaders import make_loader
+    from trainforge.data.loaders import make_loader, park_workers
 
     _write_png(tmp_path / "cat" / "good.png", value=10)
     bad = tmp_path / "cat" / "broken.png"
@@ -146,6 +146,7 @@ def test_unreadable_image_met_while_training_names_the_file(
     loader = make_loader(dataset, batch_size=2, train=False, cfg=cfg, seed=0, batched_fetch=False)
     with pytest.raises(UserError) as caught:
         list(loader)
+    park_workers(loader)  # the worker that raised goes now, not inside a later collection
     message = str(caught.value)
     assert str(bad) in message and "could not be read" in message
     assert "\n" not in message  # still one line when raised inside a worker process

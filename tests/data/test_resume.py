@@ -50,6 +50,40 @@ def test_resume_mid_epoch(make_cfg, num_workers: int) -> None:
     _assert_same(list(resumed), expected)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_parked_loader_ends_its_workers_and_continues_exactly(make_cfg, persistent) -> None:
+    """`park_workers` mid-epoch and after an epoch's end: the workers are gone at once, the
+    position is answered without starting new ones, and the batches go on unchanged."""
+    import multiprocessing
+
+    from trainforge.data.loaders import LoaderPosition, park_workers
+
+    def loader():
+        cfg = make_cfg(dataloader_num_workers=2, persistent_workers=persistent)
+        return build_image_data(cfg, batch_size=BATCH_SIZE, eval_batch_size=500, seed=7)
+
+    straight = _batches(loader().train_loader, num_epochs=2)
+    before = set(multiprocessing.active_children())
+    data = loader()
+    train, parked = data.train_loader, []
+    iterator = iter(train)
+    parked += [next(iterator) for _ in range(3)]
+    state = train.state_dict()
+    park_workers(train)
+    del iterator
+    assert set(multiprocessing.active_children()) <= before
+    assert LoaderPosition(train).state_dict() == state
+    assert set(multiprocessing.active_children()) <= before
+    parked += list(train)  # the rest of epoch 1
+    park_workers(train)
+    parked += list(train)  # epoch 2
+    _assert_same(parked, straight)
+    list(data.val_loader)
+    for each in (train, data.val_loader):
+        park_workers(each)
+    assert set(multiprocessing.active_children()) <= before
+
+
 def test_the_order_does_not_depend_on_the_number_of_loader_workers(make_cfg) -> None:
     """A multi-process loader calls iter() on its sampler twice while starting; the epoch
     it yields must still be epoch 0 (found on a GPU machine: 6 workers trained another

@@ -262,3 +262,27 @@ def test_best_fast_validation_value_survives_a_resume(tmp_path, points_task, poi
     assert resumed.state.best_fast is None
     resumed.load_checkpoint(path)
     assert resumed.state.best_fast == 0.875
+
+
+def test_a_stopped_run_lets_its_loader_workers_go_and_continues_exactly(setup):
+    """A run stopped mid-epoch ends its loader workers when `fit` returns (else the garbage
+    collector joins them later, 5 s each), and the same trainer continues where it stopped."""
+    import multiprocessing
+
+    make = setup(2, 2)
+    full = Recorder()
+    reference = make("full", full)
+    reference.fit()
+    before = set(multiprocessing.active_children())
+    first = Recorder(cut_at=3)
+    trainer = make("cut", first)
+    trainer.fit()
+    assert trainer.should_stop and trainer.state.batch_in_epoch == 3
+    assert set(multiprocessing.active_children()) <= before  # no worker outlives fit
+    saved = trainer.checkpointer.registry.state_dict(lambda e: e.name == "train_loader")
+    assert set(multiprocessing.active_children()) <= before  # saying the position starts none
+    assert saved["train_loader"] == trainer.task.train_loader.next_iter_state
+    first.cut_at, trainer.should_stop = None, False
+    trainer.fit()
+    assert first.losses == full.losses
+    assert digest(trainer) == digest(reference)

@@ -4,6 +4,7 @@ and says which guarantee its resume gives (exact: bitwise; continued: with the r
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 
 import pytest
@@ -66,7 +67,11 @@ def test_loader_workers_decide_how_not_what_even_when_a_run_moves_between_them(
     """The worker count is the hardware profile's (0 on a laptop, 6 on a cluster node): the
     same recipe trains the same steps with any count, and a run continues under another."""
     train(monkeypatch, capsys, tmp_path, "none", 8)
+    before = set(multiprocessing.active_children())
     train(monkeypatch, capsys, tmp_path, "two", 8, "--set", "data.dataloader_num_workers=2")
+    # Its workers (persistent, restarted by the closing confusion-matrix pass) end with the
+    # run, not later inside the garbage collector of a process that goes on.
+    assert set(multiprocessing.active_children()) <= before
     train(monkeypatch, capsys, tmp_path, "moved", 4)
     out = train(monkeypatch, capsys, tmp_path, "moved", 8, "--resume", str(tmp_path / "moved"),
                 "--set", "data.dataloader_num_workers=2")  # fmt: skip

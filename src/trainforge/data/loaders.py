@@ -103,3 +103,55 @@ def note_too_many_workers(num_workers: int) -> None:
             f"data.dataloader_num_workers={cores} or fewer (0 loads in the training process)",
             flush=True,
         )
+
+
+def park_workers(*loaders: Any) -> None:
+    """Let each loader's worker processes go now, keeping its position (`park_one`)."""
+    for loader in loaders:
+        park_one(loader)
+
+
+def park_one(loader: Any) -> None:
+    """Let a loader's worker processes go now, keeping its position.
+
+    A multi-process iterator that outlives its loop (a run stopped mid-epoch, or persistent
+    workers after the last epoch) is otherwise shut down when the garbage collector frees
+    it, and by then the collector may have closed its queues first: the workers never hear
+    the shutdown, each is joined for torch's 5-second timeout and then killed. Loading the
+    loader's own position back drops the iterator while its queues still work; the next
+    `iter()` starts from the same sample, as a resume from a checkpoint does.
+    """
+    if not int(getattr(loader, "num_workers", 0) or 0):
+        return
+    iterator = getattr(loader, "_iterator", None)  # torchdata's live iterator, if any
+    if iterator is None:
+        return
+    try:
+        position = loader.state_dict()
+    except Exception:  # an iterator a worker's error ended has no position worth keeping
+        position = {}  # and the error it raised must stay the one the user sees
+    loader.load_state_dict(position)
+    # Now, even where a traceback still holds the iterator (a worker's error); idempotent.
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+class LoaderPosition:
+    """A loader's position as the checkpointer saves and restores it.
+
+    A parked loader (`park_workers`) keeps its position for its next iterator; asking
+    `StatefulDataLoader.state_dict()` then would start worker processes only to say it, so
+    the kept position is answered instead."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def state_dict(self) -> Any:
+        kept = getattr(self.loader, "next_iter_state", None)
+        if kept is not None and getattr(self.loader, "_iterator", None) is None:
+            return kept
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.loader.load_state_dict(state)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainforge.data.loaders import LoaderPosition
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.guard import settle_skips
 from trainforge.engine.stateful import (
@@ -113,8 +114,8 @@ def state_registry(trainer: Trainer) -> StateRegistry:
     registry.register("scheduler", ScheduleState(trainer.scheduler))
     registry.register("scaler", OptionalState(lambda: trainer.precision.scaler))
     loader = trainer.task.train_loader
-    registry.register("train_loader", loader, per_rank=True, check=loader_workers_check(loader),
-                      layout_bound=True)  # fmt: skip
+    registry.register("train_loader", LoaderPosition(loader), per_rank=True,
+                      check=loader_workers_check(loader), layout_bound=True)  # fmt: skip
     registry.register("trainer", trainer.state)
     registry.register("nonfinite", trainer.guard)
     registry.register("best", trainer.best)

@@ -27,6 +27,7 @@ import torch
 
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
+from trainforge.data.loaders import park_workers
 from trainforge.engine import resumable, stop
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.checkpointer import Checkpointer
@@ -146,6 +147,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
+        try:
+            return self._fit()
+        finally:  # workers left alive would be joined later, inside the garbage collector
+            park_workers(self.task.train_loader, self.task.val_loader)
+
+    def _fit(self) -> FitResult:
         self.restart_clock()
         stop.clear()  # a request left by an earlier fit in this process is not this run's
         if self.meter.steps == 0:

@@ -18,6 +18,7 @@ from typing import Any
 
 from trainforge import parallel
 from trainforge.config import ResolvedConfig
+from trainforge.data.loaders import park_workers
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.run.callbacks import metrics_callback
@@ -183,7 +184,10 @@ def _confusion(trainer: Any) -> dict | None:
         return None
     import torch
 
-    matrix, names = confusion(trainer.model, trainer.device)
+    try:
+        matrix, names = confusion(trainer.model, trainer.device)
+    finally:  # the validation pass restarted the loader's workers: they go now, as after fit
+        park_workers(trainer.task.val_loader)
     counts = parallel.all_reduce_sum(torch.tensor(matrix, dtype=torch.long, device=trainer.device))
     return {"class_names": names, "matrix": counts.tolist()}
 
