@@ -3,7 +3,9 @@
 Owns the train/val loader options (seeded shuffling whose position survives a checkpoint,
 worker options that torch only accepts with workers, pinning only when CUDA exists), and the
 one line that says when the loader workers outnumber the CPUs (torchdata's own warning, said
-twice per loader with a site-packages path, is filtered in `observe.quiet`).
+twice per loader with a site-packages path, is filtered in `observe.quiet`). It also owns
+letting a loader's worker processes go once a loop is done with them (`park_workers`) and the
+position the checkpointer saves (`LoaderPosition`).
 """
 
 from __future__ import annotations
