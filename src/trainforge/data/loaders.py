@@ -108,13 +108,7 @@ def note_too_many_workers(num_workers: int) -> None:
 
 
 def park_workers(*loaders: Any) -> None:
-    """Let each loader's worker processes go now, keeping its position (`park_one`)."""
-    for loader in loaders:
-        park_one(loader)
-
-
-def park_one(loader: Any) -> None:
-    """Let a loader's worker processes go now, keeping its position.
+    """Let each loader's worker processes go now, keeping its position.
 
     A multi-process iterator that outlives its loop (a run stopped mid-epoch, or persistent
     workers after the last epoch) is otherwise shut down when the garbage collector frees
@@ -123,20 +117,18 @@ def park_one(loader: Any) -> None:
     loader's own position back drops the iterator while its queues still work; the next
     `iter()` starts from the same sample, as a resume from a checkpoint does.
     """
-    if not int(getattr(loader, "num_workers", 0) or 0):
-        return
-    iterator = getattr(loader, "_iterator", None)  # torchdata's live iterator, if any
-    if iterator is None:
-        return
-    try:
-        position = loader.state_dict()
-    except Exception:  # an iterator a worker's error ended has no position worth keeping
-        position = {}  # and the error it raised must stay the one the user sees
-    loader.load_state_dict(position)
-    # Now, even where a traceback still holds the iterator (a worker's error); idempotent.
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None)  # torchdata's live iterator, if any
+        # Only a multi-process iterator has workers to end (and this method).
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is None:
+            continue
+        try:
+            position = loader.state_dict()
+        except Exception:  # an iterator a worker's error ended has no position worth keeping
+            position = {}  # and the error it raised must stay the one the user sees
+        loader.load_state_dict(position)
+        shutdown()  # now, even where a traceback still holds the iterator; idempotent
 
 
 class LoaderPosition:
