@@ -110,30 +110,43 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig, sigint):
 
 # The real entry point with a checkpoint write that never ends by itself (a big model's on a
 # slow disk, taken to the limit): only the second Ctrl+C can end the process, so its exit
-# shows that the abort did not wait for the write. It says when that write begins.
+# shows that the abort did not wait for the write. It says when that write begins. The write
+# stalls the loop itself ("main") or the background writer the loop waits for ("writer").
+# A real write returns to Python between chunks, and a signal is acted on when it does.
 SLOW_INTERRUPT_SAVE = """
-import runpy, sys, threading
+import runpy, sys, time
+from trainforge.engine.checkpoint import CheckpointWriter
 from trainforge.engine.trainer import Trainer
+
+def never_ends():
+    sys.stdout.write("writing checkpoint_interrupted\\n")
+    sys.stdout.flush()
+    while True:
+        time.sleep(0.05)
+
 save = Trainer.save_checkpoint
 def slow(self, name, **kwargs):
     if name == "checkpoint_interrupted":
-        sys.stdout.write("writing checkpoint_interrupted\\n")
-        sys.stdout.flush()
-        threading.Event().wait()  # interrupted only by the signal
+        if sys.argv[1] == "main":
+            never_ends()
+        CheckpointWriter._run = lambda writer, job: never_ends()
     return save(self, name, **kwargs)
 Trainer.save_checkpoint = slow
-sys.argv = ["trainforge", *sys.argv[1:]]
+sys.argv = ["trainforge", *sys.argv[2:]]
 runpy.run_module("trainforge", run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
-def test_double_ctrl_c_aborts_at_once(tmp_path, sigint):
+@pytest.mark.parametrize(
+    ("sigint", "stalled"),
+    [(signal.SIG_DFL, "main"), (signal.SIG_IGN, "main"), (signal.SIG_IGN, "writer")],
+    ids=["default", "ignored", "ignored-background-write"],
+)
+def test_double_ctrl_c_aborts_at_once(tmp_path, sigint, stalled):
     script = tmp_path / "slow_save.py"
     script.write_text(SLOW_INTERRUPT_SAVE)
-    proc = start(
-        tmp_path, "--set", "training.max_steps=100000", python=[str(script)], sigint=sigint
-    )
+    steps = ["--set", "training.max_steps=100000"]
+    proc = start(tmp_path, *steps, python=[str(script), stalled], sigint=sigint)
     watchdog = threading.Timer(2 * DEADLINE_S, proc.kill)  # only for a hung process
     watchdog.start()
     try:
@@ -159,6 +172,43 @@ def test_double_ctrl_c_aborts_at_once(tmp_path, sigint):
     root = tmp_path / "runs/sig/checkpoints"
     assert not (root / "checkpoint_interrupted").exists()
     assert not [p for p in root.glob(".*")] if root.exists() else True
+
+
+# A run that fails while a periodic checkpoint is being written: the write goes on only once
+# the error is on its way out, so the process must wait for it before it exits.
+CRASH_MID_WRITE = """
+import runpy, sys, threading
+from trainforge.engine.checkpoint import CheckpointWriter
+from trainforge.engine.trainer import Trainer
+
+failing = threading.Event()
+submit = CheckpointWriter.submit
+def submit_after_the_failure(self, job):
+    def late():
+        failing.wait()
+        job()
+    submit(self, late)
+CheckpointWriter.submit = submit_after_the_failure
+emit = Trainer.emit
+def emit_then_fail(self, event, *args):
+    emit(self, event, *args)
+    if event == "on_step_end" and self.state.global_step == 4:
+        failing.set()
+        raise RuntimeError("failed while checkpoint-4 was being written")
+Trainer.emit = emit_then_fail
+sys.argv = ["trainforge", *sys.argv[1:]]
+runpy.run_module("trainforge", run_name="__main__")
+"""
+
+
+def test_a_run_that_fails_mid_write_finishes_that_checkpoint_first(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH_MID_WRITE)
+    sets = ["--set", "training.max_steps=8", "--set", "checkpoint.save_steps=4"]
+    proc = start(tmp_path, *sets, python=[str(script)])
+    out, _ = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 1 and "failed while checkpoint-4 was being written" in out, out
+    assert ckpt.verify(tmp_path / "runs/sig/checkpoints/checkpoint-4") is None, out
 
 
 def test_slurm_sigusr1_requeues_and_the_restart_resumes_by_itself(tmp_path):
@@ -239,3 +289,48 @@ def test_a_signal_ignored_at_start_is_caught_once_then_aborts_and_is_ignored_aga
         assert signal.getsignal(sig) is signal.SIG_IGN
     finally:
         signal.signal(sig, before)
+
+
+def test_waiting_for_a_checkpoint_write_lets_a_signal_through():
+    """A signal the kernel hands to another thread (it may: the signal is the process's)
+    only marks Python's handler as due; an untimed join sleeps on past it until the write
+    ends. The writer's wait must raise the second Ctrl+C's KeyboardInterrupt while the write
+    is still going (the write here ends only when the test lets it, or after a minute)."""
+    release, written = threading.Event(), threading.Event()
+
+    def slow_write():
+        release.wait()
+        written.set()
+
+    write = threading.Thread(target=slow_write, name="slow-write")
+    write.start()
+    main = threading.get_ident()
+
+    def second_ctrl_c(signum, frame):
+        raise KeyboardInterrupt
+
+    def signal_once_the_main_thread_waits():
+        while not release.is_set():
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code.co_name == "_wait_for_tstate_lock":
+                time.sleep(0.05)  # into the lock's blocking wait
+                signal.pthread_kill(write.ident, signal.SIGUSR2)
+                return
+            time.sleep(0.005)
+
+    previous = signal.signal(signal.SIGUSR2, second_ctrl_c)
+    sender = threading.Thread(target=signal_once_the_main_thread_waits)
+    giving_up = threading.Timer(60, release.set)  # without the fix: the write ends, then
+    giving_up.start()  # the handler runs, and the assertion below fails instead of hanging
+    try:
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.join(write)
+        # (not `is_alive()`: Python 3.11 marks a thread whose join was interrupted stopped)
+        assert not written.is_set(), "the wait raised only after the write had ended"
+    finally:
+        giving_up.cancel()
+        release.set()
+        for thread in (write, sender):
+            thread.join()
+        signal.signal(signal.SIGUSR2, previous)

@@ -317,6 +317,15 @@ DEFER_BYTES = 1 << 16
 _IN_FLIGHT: set[Snapshot] = set()  # snapshots whose deferred copies have not landed
 
 
+def join(thread: threading.Thread) -> None:
+    """`thread.join()` in short slices, so a second Ctrl+C aborts a wait for a long write.
+    CPython runs a Python signal handler on the main thread only when it returns from a
+    wait; a signal the kernel handed to another thread, or one that landed just before the
+    wait blocked, does not end an untimed join, which then lasts as long as the write."""
+    while thread.is_alive():
+        thread.join(0.2)
+
+
 def wait_for_copies() -> None:
     """Block until every deferred snapshot copy has landed (readers of a snapshot call it)."""
     for snap in list(_IN_FLIGHT):
@@ -418,7 +427,7 @@ class Snapshot:
         """Block until the deferred part of the last copy has landed."""
         copier = self._copier
         if copier is not None:
-            copier.join()
+            join(copier)
             self._copier = None
             _IN_FLIGHT.discard(self)
         if self._copy_error is not None:
@@ -559,7 +568,11 @@ class CheckpointWriter:
             self._run(job)
             self.check()
             return
-        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer")
+        # A daemon: a second Ctrl+C ends the process without waiting for the write (whose
+        # temporary folder the next start tidies); every other exit waits (`after_failure`).
+        self._thread = threading.Thread(
+            target=self._run, args=(job,), name="checkpoint-writer", daemon=True
+        )
         self._thread.start()
 
     def check(self) -> None:
@@ -571,9 +584,18 @@ class CheckpointWriter:
 
     def wait(self) -> None:
         if self._thread is not None:
-            self._thread.join()
+            join(self._thread)
             self._thread = None
         self.check()
+
+    def after_failure(self, failure: BaseException) -> None:
+        """Training failed with `failure`: the write under way is finished (its checkpoint
+        is the newest to resume from), unless a second Ctrl+C asked to abort at once. The
+        write's own error, if any, gives way to `failure`."""
+        if self._thread is None or isinstance(failure, KeyboardInterrupt):
+            return
+        join(self._thread)
+        self._thread, self._error = None, None
 
 
 def verify(folder: Path, *, cached: bool = False) -> str | None:

@@ -1,20 +1,23 @@
 """What the `Trainer` saves and how it comes back: every part with state registered once
 for the checkpointer (`state_registry`), what a checkpoint's meta says (`checkpoint_meta`),
 the setup each checkpoint records (`run_setup`), what a change of setup means for a resume
-(`setup_changes`), the save (`save`) and the restore (`restore`): exact on the same
-setup, moved on another split of the step. The trainer module keeps the loop; this one keeps its
+(`setup_changes`), the save (`save`), the restore (`restore`): exact on the same
+setup, moved on another split of the step, and what a fit leaves behind however it ends
+(`leaving`). The trainer module keeps the loop; this one keeps its
 checkpoint face (torchtitan keeps its stateful parts behind one checkpointer the same way).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainforge.data.loaders import LoaderPosition
+from trainforge.data.loaders import LoaderPosition, park_workers
 from trainforge.engine import checkpoint as ckpt
 from trainforge.engine.guard import settle_skips
 from trainforge.engine.stateful import (
@@ -29,6 +32,21 @@ from trainforge.engine.stateful import (
 
 if TYPE_CHECKING:
     from trainforge.engine.trainer import Trainer
+
+
+@contextlib.contextmanager
+def leaving(trainer: Trainer) -> Iterator[None]:
+    """Around `fit`: however it ends, the loaders' worker processes end with it (left alive,
+    they would be joined later inside the garbage collector, 5 s each) while their position
+    stays; when it fails, the checkpoint write under way is finished first, unless the
+    failure is a second Ctrl+C, which asks to abort at once (`CheckpointWriter.after_failure`)."""
+    try:
+        yield
+    except BaseException as failure:
+        trainer.checkpointer.writer.after_failure(failure)
+        raise
+    finally:
+        park_workers(trainer.task.train_loader, trainer.task.val_loader)
 
 
 def restore(trainer: Trainer, folder: Path) -> dict[str, Any]:

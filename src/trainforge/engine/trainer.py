@@ -27,7 +27,6 @@ import torch
 
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
-from trainforge.data.loaders import park_workers
 from trainforge.engine import resumable, stop
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.checkpointer import Checkpointer
@@ -147,10 +146,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
-        try:
+        with resumable.leaving(self):
             return self._fit()
-        finally:  # workers left alive would be joined later, inside the garbage collector
-            park_workers(self.task.train_loader, self.task.val_loader)
 
     def _fit(self) -> FitResult:
         self.restart_clock()
