@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
@@ -97,3 +98,24 @@ def test_best_model_by_a_smaller_is_better_metric_tracks_the_minimum(
     assert meta["global_step"] == 4 and meta["best_val"] == 0.2 and meta["best_metric"] == "loss"
     beside = json.loads((tmp_path / "checkpoints" / "checkpoint_meta.json").read_text())
     assert beside["best_val"] == 0.2 and beside["best_step"] == 4
+
+
+def test_a_save_made_as_fit_ends_is_on_disk_when_fit_returns(tmp_path, points_task, points_config):
+    """The closing validation may save the best model in the background after the loop's
+    last wait; the writer thread is a daemon (a second Ctrl+C must not wait for it), so
+    `fit` itself waits, or the process could end before the write does."""
+
+    class SaveAtTheEnd(CheckpointCadence):
+        def on_fit_end(self, trainer):
+            trainer.save_checkpoint("best_model")  # in the background, as on_eval_end does
+
+    def slow(write):  # a big model's write: still running when on_fit_end returns
+        time.sleep(1.0)
+        write()
+
+    cfg = points_config(**{"training.max_steps": 2})
+    trainer = make_trainer(tmp_path, points_task(), cfg, [SaveAtTheEnd(None, None, False)])
+    submit = trainer.checkpointer.writer.submit
+    trainer.checkpointer.writer.submit = lambda job: submit(lambda: slow(job))
+    trainer.fit()
+    assert ckpt.verify(tmp_path / "checkpoints" / "best_model") is None

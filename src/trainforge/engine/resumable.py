@@ -36,12 +36,15 @@ if TYPE_CHECKING:
 
 @contextlib.contextmanager
 def leaving(trainer: Trainer) -> Iterator[None]:
-    """Around `fit`: however it ends, the loaders' worker processes end with it (left alive,
-    they would be joined later inside the garbage collector, 5 s each) while their position
-    stays; when it fails, the checkpoint write under way is finished first, unless the
-    failure is a second Ctrl+C, which asks to abort at once (`CheckpointWriter.after_failure`)."""
+    """Around `fit`: every checkpoint is on disk when it returns, a save made at its very end
+    (the closing validation's best model) included; when it fails, the write under way is
+    finished first, unless the failure is a second Ctrl+C, which asks to abort at once
+    (`CheckpointWriter.after_failure`: the writer thread is a daemon and nothing else waits
+    for it). However it ends, the loaders' worker processes end with it (left alive, they
+    would be joined later inside the garbage collector, 5 s each) and their position stays."""
     try:
         yield
+        trainer.checkpointer.writer.wait()
     except BaseException as failure:
         trainer.checkpointer.writer.after_failure(failure)
         raise
