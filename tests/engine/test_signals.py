@@ -291,6 +291,9 @@ def test_a_signal_ignored_at_start_is_caught_once_then_aborts_and_is_ignored_aga
         signal.signal(sig, before)
 
 
+WAITS = ("join", "_wait_for_tstate_lock")  # Thread.join's frames (the second before 3.13)
+
+
 def test_waiting_for_a_checkpoint_write_lets_a_signal_through():
     """A signal the kernel hands to another thread (it may: the signal is the process's)
     only marks Python's handler as due; an untimed join sleeps on past it until the write
@@ -311,8 +314,9 @@ def test_waiting_for_a_checkpoint_write_lets_a_signal_through():
 
     def signal_once_the_main_thread_waits():
         while not release.is_set():
-            frame = sys._current_frames().get(main)
-            if frame is not None and frame.f_code.co_name == "_wait_for_tstate_lock":
+            frame = sys._current_frames().get(main)  # Thread.join's own, then into its lock
+            code = frame.f_code if frame is not None else None
+            if code and code.co_filename == threading.__file__ and code.co_name in WAITS:
                 time.sleep(0.05)  # into the lock's blocking wait
                 signal.pthread_kill(write.ident, signal.SIGUSR2)
                 return
