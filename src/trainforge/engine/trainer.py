@@ -165,7 +165,7 @@ class Trainer:
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
-        self.checkpointer.writer.wait()  # every checkpoint is on disk before fit returns
+        self.checkpointer.writer.wait()  # the loop's saves, before on_fit_end (its own: leaving)
         settle_skips(self)
         parallel.barrier()
         self.state.train_time_s = self.elapsed_s()
