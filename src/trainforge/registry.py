@@ -116,8 +116,9 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"
 
     def get(self, name: str) -> T:
-        """The entry for `name`; an unknown name is a UserError naming the config key."""
-        entry = self.find(name)
+        """The entry for `name`; an unknown name is a UserError naming the config key. (A
+        learning-rate schedule looks its shape up here on every optimizer step: one call.)"""
+        entry = self._entries.get(name) if self._loaded else self.find(name)
         if entry is None:
             raise UserError(
                 f"{self.config_key} = {name!r}: {self.unknown_message(name)}",

@@ -28,6 +28,7 @@ def steps_of(num_items: int, micro: int, accumulation: int, world: int, epoch: i
             batch = layout.batch(order, index)
             assert 1 <= len(batch) <= micro
             step = min(index // accumulation, layout.full_steps)
+            assert (index in layout.padding) == layout.is_padding(index)
             if layout.is_padding(index):
                 padding += 1
                 continue

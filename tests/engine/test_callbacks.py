@@ -8,7 +8,13 @@ import time
 import torch
 
 from trainforge.engine import checkpoint as ckpt
-from trainforge.engine.callbacks import CheckpointCadence, EvalCadence, TimeLimit
+from trainforge.engine.callbacks import (
+    Callback,
+    CheckpointCadence,
+    EvalCadence,
+    TimeLimit,
+    listeners,
+)
 from trainforge.engine.precision import PrecisionPlan, resolve_precision
 from trainforge.engine.trainer import Trainer
 
@@ -119,3 +125,18 @@ def test_a_save_made_as_fit_ends_is_on_disk_when_fit_returns(tmp_path, points_ta
     trainer.checkpointer.writer.submit = lambda job: submit(lambda: slow(job))
     trainer.fit()
     assert ckpt.verify(tmp_path / "checkpoints" / "best_model") is None
+
+
+def test_the_loop_calls_only_the_hooks_a_callback_acts_on():
+    class Steps(Callback):
+        def on_step_end(self, trainer) -> None: ...
+
+    class Duck:  # not a Callback: every hook it has is called
+        def on_step_end(self, trainer) -> None: ...
+
+    given = Callback()
+    given.on_step_end = lambda trainer: None  # set on the object itself
+    steps, duck, idle = Steps(), Duck(), Callback()
+    hooks = listeners([steps, idle, given, duck], "on_step_end")
+    assert hooks == [steps.on_step_end, given.on_step_end, duck.on_step_end]
+    assert listeners([steps, idle, given], "on_batch_end") == []

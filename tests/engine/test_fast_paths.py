@@ -100,3 +100,39 @@ def test_torch_compile_matches_eager(tmp_path):
     compiled, trainer = loss_curve(tmp_path / "compiled", **{"training.compile": True})
     assert trainer.forward_model is not trainer.model  # really went through torch.compile
     assert_same_curve(compiled, eager)
+
+
+class GeneralPathOnly(Trainer):
+    """The same trainer with the loop's one-micro-batch path turned off."""
+
+    _plain_backward = property(lambda self: False, lambda self, value: None)
+
+
+def test_the_one_micro_batch_path_matches_the_general_path_bitwise(
+    tmp_path, points_task, points_config, monkeypatch
+):
+    """One fp32 micro-batch per step on one process skips the general path's no-op contexts;
+    the losses and the weights stay bitwise those of the general path."""
+    import trainforge.engine.trainer as trainer_module
+
+    entered: list[int] = []
+    counter = trainer_module.flop_counter
+    monkeypatch.setattr(
+        trainer_module, "flop_counter", lambda state: entered.append(1) or counter(state)
+    )
+    config = points_config(**{"training.max_steps": 6})
+    runs = {}
+    for cls in (Trainer, GeneralPathOnly):
+        entered.clear()
+        recorder = Losses()
+        trainer = cls(points_task(), config, run_dir=tmp_path / cls.__name__,
+                      device=torch.device("cpu"), callbacks=[recorder])  # fmt: skip
+        trainer.fit()
+        weights = [p.detach().clone() for p in trainer.model.parameters()]
+        runs[cls] = recorder.values, weights, len(entered)
+    (fast_losses, fast_weights, fast_entered), (losses, weights, general_entered) = runs.values()
+    # The general path enters the FLOP counter's check on every micro-batch; the one-micro-batch
+    # path only on the first (which counts the FLOPs), so it really ran on the other five.
+    assert (fast_entered, general_entered) == (1, 6)
+    assert len(fast_losses) == 6 and fast_losses == losses
+    assert all(torch.equal(a, b) for a, b in zip(fast_weights, weights, strict=True))

@@ -115,8 +115,8 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig, sigint):
 # A real write returns to Python between chunks, and a signal is acted on when it does.
 SLOW_INTERRUPT_SAVE = """
 import runpy, sys, time
+from trainforge.engine.callbacks import CheckpointCadence
 from trainforge.engine.checkpoint import CheckpointWriter
-from trainforge.engine.trainer import Trainer
 
 def never_ends():
     sys.stdout.write("writing checkpoint_interrupted\\n")
@@ -178,8 +178,8 @@ def test_double_ctrl_c_aborts_at_once(tmp_path, sigint, stalled):
 # the error is on its way out, so the process must wait for it before it exits.
 CRASH_MID_WRITE = """
 import runpy, sys, threading
+from trainforge.engine.callbacks import CheckpointCadence
 from trainforge.engine.checkpoint import CheckpointWriter
-from trainforge.engine.trainer import Trainer
 
 failing = threading.Event()
 submit = CheckpointWriter.submit
@@ -189,13 +189,13 @@ def submit_after_the_failure(self, job):
         job()
     submit(self, late)
 CheckpointWriter.submit = submit_after_the_failure
-emit = Trainer.emit
-def emit_then_fail(self, event, *args):
-    emit(self, event, *args)
-    if event == "on_step_end" and self.state.global_step == 4:
+on_step_end = CheckpointCadence.on_step_end
+def save_then_fail(self, trainer):
+    on_step_end(self, trainer)
+    if trainer.state.global_step == 4:
         failing.set()
         raise RuntimeError("failed while checkpoint-4 was being written")
-Trainer.emit = emit_then_fail
+CheckpointCadence.on_step_end = save_then_fail
 sys.argv = ["trainforge", *sys.argv[1:]]
 runpy.run_module("trainforge", run_name="__main__")
 """

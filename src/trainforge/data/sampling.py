@@ -78,6 +78,12 @@ class StepLayout:
         self.full_steps, self.tail = divmod(self.num_items, self.step_size)
         # Micro-batches per rank in the short last step: as few as hold it.
         self.tail_micro = -(-self.tail // (self.world * self.micro)) if self.tail else 0
+        # This rank's zero-weight stand-ins of an epoch, by batch index (at most a few, all
+        # in the short last step): the loop asks for every batch, so a set, not a call.
+        tail_start = self.full_steps * self.accumulation
+        self.padding = frozenset(
+            tail_start + m for m in range(self.tail_micro) if self._tail_slot(m)[1] == 0
+        )
 
     @property
     def steps_per_epoch(self) -> int:
@@ -141,8 +147,10 @@ class StepBatchSampler(Sampler[list[int]]):
         """The next `iter()` starts epoch `epoch` at optimizer step `step` of this layout."""
         self.next_epoch, self.next_batch = int(epoch), self.layout.step_start(int(step))
 
-    def is_padding(self, index: int) -> bool:
-        return self.layout.is_padding(index)
+    @property
+    def padding(self) -> frozenset[int]:
+        """The batch indices of an epoch that are zero-weight stand-ins (`StepLayout`)."""
+        return self.layout.padding
 
     def __iter__(self) -> Iterator[list[int]]:
         # The epoch is claimed by the iterator's first next(), not here: a multi-process

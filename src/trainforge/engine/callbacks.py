@@ -31,6 +31,21 @@ class Callback:
     def on_fit_end(self, trainer: Trainer) -> None: ...
 
 
+def overrides(callback: Any, event: str) -> bool:
+    """Whether `callback` does something on `event`: any hook of an object that is not a
+    `Callback` (duck typing), or one its class or the object itself replaces."""
+    if not isinstance(callback, Callback):
+        return True
+    base = getattr(Callback, event)
+    return getattr(type(callback), event) is not base or event in getattr(callback, "__dict__", ())
+
+
+def listeners(callbacks: list[Any], event: str) -> list[Any]:
+    """The bound `event` hooks of the callbacks that act on it, for the loop's per-step
+    events: a base class no-op would cost a call per step for nothing."""
+    return [getattr(c, event) for c in callbacks if overrides(c, event)]
+
+
 class EvalCadence(Callback):
     """Full validation every `eval_steps` steps and every `eval_every_epochs` epochs; fast
     validation on a fixed subset every `fast_steps` steps, followed by a full validation

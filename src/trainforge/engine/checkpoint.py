@@ -349,7 +349,8 @@ class Snapshot:
     their copy runs on a helper thread while the loop computes the next forward and
     backward; a step pre-hook makes the next step wait until it has landed, and the
     checkpoint readers here (`save_checkpoint`, `all_finite`) wait too. Everything else
-    (buffers, partial gradient sums, counters) is copied before `copy` returns.
+    (buffers, partial gradient sums, counters) is copied before `copy` returns. The hook is
+    registered with the first deferred copy: a run that never saves pays no call per step.
     """
 
     def __init__(self, copy: bool = True, optimizer: torch.optim.Optimizer | None = None) -> None:
@@ -363,8 +364,10 @@ class Snapshot:
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._copier: threading.Thread | None = None
         self._copy_error: BaseException | None = None
-        if self._optimizer is not None:
-            self._optimizer.register_step_pre_hook(lambda *_: self.wait_copied())
+        self._hooked = False
+
+    def _before_step(self, *_: Any) -> None:
+        self.wait_copied()
 
     def _stable_storages(self) -> set[int]:
         """Data pointers of what only `optimizer.step` writes: parameters and moments."""
@@ -405,6 +408,9 @@ class Snapshot:
             torch.cuda.synchronize()  # non-blocking device-to-host copies have landed
         if self._pending:
             pending, self._pending = self._pending, []
+            if not self._hooked and self._optimizer is not None:
+                self._optimizer.register_step_pre_hook(self._before_step)
+                self._hooked = True
             _IN_FLIGHT.add(self)
             self._copier = threading.Thread(
                 target=self._fill, args=(pending,), name="checkpoint-copy", daemon=True

@@ -32,6 +32,8 @@ def finish_gradients(
     `max_grad_norm`; (the step's mean loss, the gradient norm: from clipping, or computed
     when `want_norm`, else None). `mean_backward`: the window was one micro-batch on one
     process whose mean loss went backward, so the gradients are already the mean."""
+    if mean_backward:  # one micro-batch on one process: nothing to weight or reduce
+        return sums.loss_sum, _clip(params, max_grad_norm, want_norm, sharded)  # type: ignore[return-value]
     grads = [p.grad for p in params if p.grad is not None]
     loss_sum = sums.loss_sum
     if not isinstance(loss_sum, torch.Tensor):
@@ -48,13 +50,22 @@ def finish_gradients(
             torch._foreach_mul_(grads, dist.world_size / weight)
     else:
         weight = max(1, sums.weight)
-        if grads and not mean_backward:
+        if grads:
             torch._foreach_mul_(grads, 1.0 / weight)
+    return loss_sum / weight, _clip(params, max_grad_norm, want_norm, sharded)
+
+
+def _clip(
+    params: list[nn.Parameter], max_grad_norm: float | None, want_norm: bool, sharded: bool
+) -> torch.Tensor | None:
+    """Clip to `max_grad_norm`; the gradient norm (from clipping, or computed when
+    `want_norm`), else None."""
     norm = None
     if max_grad_norm is not None:
         norm = nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
-    elif want_norm and grads:
-        norm = nn.utils.get_total_norm(grads, foreach=True)
+    elif want_norm:
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = nn.utils.get_total_norm(grads, foreach=True) if grads else None
     if sharded and norm is not None and hasattr(norm, "full_tensor"):  # a DTensor
         norm = norm.full_tensor()
-    return (loss_sum if mean_backward else loss_sum / weight), norm
+    return norm

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 
 class NonFiniteGuard:
     def __init__(
-        self, counts: NonFiniteCounts, *, enabled: bool, device_skip: bool, limit: int
-    ) -> None:
+        self, counts: NonFiniteCounts, *, enabled: bool, device_skip: bool, limit: int,
+        cpu: bool = False,
+    ) -> None:  # fmt: skip
         self.counts = counts
+        self.cpu = cpu  # the run's device is the CPU: two host reads per check
         self.enabled = enabled  # training.skip_nonfinite_steps
         self.device_skip = device_skip
         self.limit = limit  # training.max_consecutive_nonfinite_steps
@@ -53,7 +55,7 @@ class NonFiniteGuard:
         fused = device.type == "cuda" and bool(optimizer.defaults.get("fused"))
         return cls(
             counts, enabled=training.skip_nonfinite_steps, device_skip=fused,
-            limit=training.max_consecutive_nonfinite_steps,
+            limit=training.max_consecutive_nonfinite_steps, cpu=device.type == "cpu",
         )  # fmt: skip
 
     # checkpointed part "nonfinite": device counts are settled before every save
@@ -89,7 +91,7 @@ class NonFiniteGuard:
             return True
         if not with_norm:
             return math.isfinite(step_loss.item())
-        if step_loss.device.type == "cpu":  # two reads: cheaper there than an addition
+        if self.cpu:  # two reads: cheaper there than an addition
             return math.isfinite(step_loss.item()) and math.isfinite(norm.item())  # type: ignore[union-attr]
         return math.isfinite((step_loss + norm).item())  # one synchronisation
 
