@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 class Callback:
-    """Override the events you need; every hook receives the trainer."""
+    """Override the events you need; every hook receives the trainer. The loop calls the
+    per-step events (`on_step_end`, `on_batch_end`) only on callbacks that override them,
+    from a list taken at the start of each epoch (`listeners`)."""
 
     def on_fit_start(self, trainer: Trainer) -> None: ...
     def on_epoch_start(self, trainer: Trainer) -> None: ...
