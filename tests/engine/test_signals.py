@@ -115,8 +115,8 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig, sigint):
 # A real write returns to Python between chunks, and a signal is acted on when it does.
 SLOW_INTERRUPT_SAVE = """
 import runpy, sys, time
-from trainforge.engine.callbacks import CheckpointCadence
 from trainforge.engine.checkpoint import CheckpointWriter
+from trainforge.engine.trainer import Trainer
 
 def never_ends():
     sys.stdout.write("writing checkpoint_interrupted\\n")
