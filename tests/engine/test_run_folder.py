@@ -143,7 +143,12 @@ def test_a_resume_after_a_crash_replays_no_step_twice_in_metrics_or_tensorboard(
     tmp_path, monkeypatch, capsys, flag
 ):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
 
+    # Both runs share this process, so their event files can share the second and the pid
+    # and differ only by TensorBoard's process-wide counter; from 9 to 10 it sorts backwards
+    # ("...10" < "...9"). A fresh counter keeps the order the two runs had.
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(0))
     base = flags(tmp_path, "crash")
     base[base.index("--max_steps") + 1] = "14"
     code, _, err = run_in_process(
