@@ -136,3 +136,54 @@ def test_the_one_micro_batch_path_matches_the_general_path_bitwise(
     assert (fast_entered, general_entered) == (1, 6)
     assert len(fast_losses) == 6 and fast_losses == losses
     assert all(torch.equal(a, b) for a, b in zip(fast_weights, weights, strict=True))
+
+
+class ClipsSeparately(Trainer):
+    """The same trainer with clipping as its own pass (`clip_grad_norm_`), not folded."""
+
+    _fold_clip = property(lambda self: False, lambda self, value: None)
+
+
+def test_clipping_folded_into_the_fused_kernel_matches_a_separate_clip(
+    tmp_path, points_task, points_config
+):
+    """Fused AdamW divides each gradient by the clip's inverse as it reads it: no separate
+    pass multiplies the gradients, and the run is the clipped run up to rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountMuls(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountMuls.count += func is torch.ops.aten._foreach_mul_.Tensor
+            return func(*args, **(kwargs or {}))
+
+    def run(cls, name, max_grad_norm):
+        config = points_config(**{"training.max_steps": 12, "optimizer.learning_rate": 0.05,
+                                  "training.max_grad_norm": max_grad_norm})  # fmt: skip
+        recorder, norms = Losses(), []
+        recorder.on_step_end = lambda t: (
+            recorder.values.append(float(t.last_step_loss)),
+            norms.append(float(t.last_grad_norm)),
+        )
+        trainer = cls(points_task(), config, run_dir=tmp_path / name,
+                      device=torch.device("cpu"), callbacks=[recorder])  # fmt: skip
+        CountMuls.count = 0
+        with CountMuls():
+            trainer.fit()
+        weights = [p.detach().clone() for p in trainer.model.parameters()]
+        return recorder.values, norms, weights, CountMuls.count, trainer
+
+    folded = run(Trainer, "folded", 0.05)
+    separate = run(ClipsSeparately, "separate", 0.05)
+    unclipped = run(Trainer, "unclipped", "null")
+    assert folded[4]._fold_clip and folded[4].optimizer.defaults["fused"]
+    assert (folded[3], separate[3]) == (0, 12)  # torch's clip multiplies once per step
+    assert min(folded[1]) > 0.05  # every step was clipped
+    torch.testing.assert_close(folded[0], separate[0], rtol=1e-5, atol=0.0)
+    torch.testing.assert_close(folded[1], separate[1], rtol=1e-5, atol=0.0)
+    for a, b in zip(folded[2], separate[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    # The clip mattered: without it the same run ends elsewhere.
+    moved = max((a - b).abs().max().item() for a, b in zip(folded[2], unclipped[2], strict=True))
+    assert moved > 1e-3

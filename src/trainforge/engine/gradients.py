@@ -5,12 +5,20 @@ rank under torch.distributed), clipping and the gradient norm the non-finite gua
 Micro-batch losses were weighted by their item counts on the way in, so a window of any
 shape gives the update of one batch holding the same samples.
 
+Clipping folds into the optimizer where it can (`folds_clipping`): torch's fused Adam, AdamW,
+SGD and Adagrad divide every gradient by their `grad_scale` tensor as they read it (the hook
+`torch.amp.GradScaler` uses), so the clip becomes that divisor and the separate pass that
+multiplies every gradient by the clip coefficient is gone. The update is the clipped one up
+to rounding (`g / (1 / c)` for `g * c`); the norm, what is clipped and when are unchanged.
+
 Library considered: torch's `clip_grad_norm_` and `get_total_norm` (foreach) do the
 clipping and the norm; only the weighting by a global item count, which DDP's mean over
-ranks does not know, is written here.
+ranks does not know, and the fold into the fused kernel are written here.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,13 +35,15 @@ def finish_gradients(
     sharded: bool,
     max_grad_norm: float | None,
     want_norm: bool,
+    fold_into: torch.optim.Optimizer | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scale the summed gradients of `params` to the window's mean and clip them to
     `max_grad_norm`; (the step's mean loss, the gradient norm: from clipping, or computed
     when `want_norm`, else None). `mean_backward`: the window was one micro-batch on one
-    process whose mean loss went backward, so the gradients are already the mean."""
+    process whose mean loss went backward, so the gradients are already the mean.
+    `fold_into`: an optimizer that `folds_clipping`, whose next step applies the clip."""
     if mean_backward:  # one micro-batch on one process: nothing to weight or reduce
-        return sums.loss_sum, _clip(params, max_grad_norm, want_norm, sharded)  # type: ignore[return-value]
+        return sums.loss_sum, _clip(params, max_grad_norm, want_norm, sharded, fold_into)  # type: ignore[return-value]
     grads = [p.grad for p in params if p.grad is not None]
     loss_sum = sums.loss_sum
     if not isinstance(loss_sum, torch.Tensor):
@@ -52,15 +62,33 @@ def finish_gradients(
         weight = max(1, sums.weight)
         if grads:
             torch._foreach_mul_(grads, 1.0 / weight)
-    return loss_sum / weight, _clip(params, max_grad_norm, want_norm, sharded)
+    return loss_sum / weight, _clip(params, max_grad_norm, want_norm, sharded, fold_into)
+
+
+def folds_clipping(optimizer: Any, sharded: bool) -> bool:
+    """Whether `optimizer` can apply the clip itself (module doc): a torch optimizer with a
+    fused kernel that reads `grad_scale`, on plain (not FSDP-sharded) gradients."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and not sharded
 
 
 def _clip(
-    params: list[nn.Parameter], max_grad_norm: float | None, want_norm: bool, sharded: bool
-) -> torch.Tensor | None:
+    params: list[nn.Parameter], max_grad_norm: float | None, want_norm: bool, sharded: bool,
+    fold_into: torch.optim.Optimizer | None = None,
+) -> torch.Tensor | None:  # fmt: skip
     """Clip to `max_grad_norm`; the gradient norm (from clipping, or computed when
-    `want_norm`), else None."""
+    `want_norm`), else None. With `fold_into`, the clip is that optimizer's `grad_scale`:
+    torch's `clip_grad_norm_` multiplies by `max_norm / (norm + 1e-6)` where that is below
+    1, so the fused kernel divides by its inverse, at least 1."""
     norm = None
+    if fold_into is not None:
+        scale = None
+        if max_grad_norm is not None:
+            grads = [p.grad for p in params if p.grad is not None]
+            norm = nn.utils.get_total_norm(grads, foreach=True)
+            scale = torch.clamp((norm + 1e-6) / max_grad_norm, min=1.0)
+        fold_into.grad_scale = scale  # type: ignore[attr-defined]
+        if norm is not None or not want_norm:
+            return norm
     if max_grad_norm is not None:
         norm = nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     elif want_norm:

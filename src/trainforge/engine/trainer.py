@@ -31,7 +31,7 @@ from trainforge.engine import resumable, stop
 from trainforge.engine.callbacks import Callback, listeners
 from trainforge.engine.checkpointer import Checkpointer
 from trainforge.engine.evaluate import BestTracker, Validation, evaluate_fast, evaluate_full
-from trainforge.engine.gradients import finish_gradients
+from trainforge.engine.gradients import finish_gradients, folds_clipping
 from trainforge.engine.guard import NonFiniteGuard, settle_skips, stop_if_diverged
 from trainforge.engine.meters import NO_COUNT, AccumulationSums, TrainMeter, as_flops, flop_counter
 from trainforge.engine.optimizers import build_optimizer
@@ -72,6 +72,7 @@ class Trainer:
         self.precision = PrecisionPlan.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, config.optimizer, device, sharded=self.sharded)
+        self._fold_clip = folds_clipping(self.optimizer, self.sharded)  # engine/gradients.py
         self.steps_per_epoch, self.total_steps = plan_steps(t, len(task.train_loader))
         self.scheduler, self.schedule_note = build_run_schedule(
             self.optimizer, config, self.steps_per_epoch, self.total_steps
@@ -273,6 +274,7 @@ class Trainer:
         step_loss, norm = finish_gradients(
             self.params, sums, mean_backward=self._mean_backward, sharded=self.sharded,
             max_grad_norm=t.max_grad_norm, want_norm=t.skip_nonfinite_steps and scaler is None,
+            fold_into=self.optimizer if self._fold_clip and scaler is None else None,
         )  # fmt: skip
         finite = self.guard.check(step_loss, norm, sums, self.optimizer, scaler)
         if finite:
