@@ -187,3 +187,17 @@ def test_clipping_folded_into_the_fused_kernel_matches_a_separate_clip(
     # The clip mattered: without it the same run ends elsewhere.
     moved = max((a - b).abs().max().item() for a, b in zip(folded[2], unclipped[2], strict=True))
     assert moved > 1e-3
+
+
+def test_a_folded_clip_reaches_the_kernel_in_float32_for_half_precision_parameters():
+    """bf16 parameters give a bf16 norm; the fused kernels read their `grad_scale` as fp32."""
+    from trainforge.engine.gradients import _clip
+
+    param = torch.nn.Parameter(torch.ones(16, dtype=torch.bfloat16))
+    optimizer = torch.optim.AdamW([param], lr=0.1, fused=True)
+    param.grad = torch.full((16,), 10.0, dtype=torch.bfloat16)
+    norm = _clip([param], 1.0, True, False, optimizer)
+    assert norm.dtype == torch.bfloat16 and optimizer.grad_scale.dtype == torch.float32
+    assert optimizer.grad_scale.item() == pytest.approx(40.0, rel=1e-2)  # norm 40 over 1.0
+    optimizer.step()  # a bf16 scale would fail here
+    assert torch.all(param < 1.0)

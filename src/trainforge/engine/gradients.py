@@ -86,6 +86,8 @@ def _clip(
             grads = [p.grad for p in params if p.grad is not None]
             norm = nn.utils.get_total_norm(grads, foreach=True)
             scale = torch.clamp((norm + 1e-6) / max_grad_norm, min=1.0)
+            if scale.dtype != torch.float32:  # half-precision parameters: the kernels read fp32
+                scale = scale.float()
         fold_into.grad_scale = scale  # type: ignore[attr-defined]
         if norm is not None or not want_norm:
             return norm
