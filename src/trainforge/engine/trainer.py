@@ -72,7 +72,6 @@ class Trainer:
         self.precision = PrecisionPlan.create(t.precision, device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, config.optimizer, device, sharded=self.sharded)
-        self._fold_clip = folds_clipping(self.optimizer, self.sharded)  # engine/gradients.py
         self.steps_per_epoch, self.total_steps = plan_steps(t, len(task.train_loader))
         self.scheduler, self.schedule_note = build_run_schedule(
             self.optimizer, config, self.steps_per_epoch, self.total_steps
@@ -155,6 +154,7 @@ class Trainer:
         stop.clear()  # a request left by an earlier fit in this process is not this run's
         p = self.precision  # decided at fit start: a test may give a CPU run a scaler
         self._plain_backward = self._mean_backward and p.name == "fp32" and p.scaler is None
+        self._fold_clip = folds_clipping(self.optimizer, self.sharded) and p.scaler is None
         if self.meter.steps == 0:
             # The first logging interval starts here, not when the trainer was built:
             # building the model and loading a checkpoint are not training time.
@@ -274,7 +274,7 @@ class Trainer:
         step_loss, norm = finish_gradients(
             self.params, sums, mean_backward=self._mean_backward, sharded=self.sharded,
             max_grad_norm=t.max_grad_norm, want_norm=t.skip_nonfinite_steps and scaler is None,
-            fold_into=self.optimizer if self._fold_clip and scaler is None else None,
+            fold_into=self.optimizer if self._fold_clip else None,  # engine/gradients.py
         )  # fmt: skip
         finite = self.guard.check(step_loss, norm, sums, self.optimizer, scaler)
         if finite:
