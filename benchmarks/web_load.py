@@ -211,9 +211,9 @@ def _train_time(project: Path, name: str) -> float:
 def run(
     clients: int = 50, interval_s: float = 0.5, steps: int = 2000, repeats: int = 5
 ) -> tuple[str, dict[str, float]]:
-    """`repeats`: rounds. With 3, two quiet `make bench` runs of the same code, 30 minutes apart, read
-    the slowdown as +0.142 and -0.124 (a 6 s training moves by that much from one run to the
-    next on a shared 2-core machine); 5 give the median two more pairs."""
+    """`repeats`: rounds. With 3, two quiet `make bench` runs of the same code, 30 minutes
+    apart, read the slowdown as +0.142 and -0.124 (a 6 s training moves by that much from one
+    run to the next on a shared 2-core machine); 5 give the median two more pairs."""
     project = Path(tempfile.mkdtemp(prefix="trainforge-webload-"))
     shutil.copytree(REPO / "config", project / "config")
     server, url = _start_server(project)
