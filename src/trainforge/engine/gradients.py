@@ -65,10 +65,12 @@ def finish_gradients(
     return loss_sum / weight, _clip(params, max_grad_norm, want_norm, sharded, fold_into)
 
 
-def folds_clipping(optimizer: Any, sharded: bool) -> bool:
-    """Whether `optimizer` can apply the clip itself (module doc): a torch optimizer with a
-    fused kernel that reads `grad_scale`, on plain (not FSDP-sharded) gradients."""
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and not sharded
+def folds_clipping(optimizer: Any, sharded: bool, max_grad_norm: float | None) -> bool:
+    """Whether the clip to `max_grad_norm` can be left to `optimizer` (module doc): there is
+    a clip, the optimizer is a torch one whose fused kernel reads `grad_scale`, and the
+    gradients are plain (not FSDP-sharded)."""
+    supported = bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+    return max_grad_norm is not None and supported and not sharded
 
 
 def _clip(
@@ -76,21 +78,17 @@ def _clip(
     fold_into: torch.optim.Optimizer | None = None,
 ) -> torch.Tensor | None:  # fmt: skip
     """Clip to `max_grad_norm`; the gradient norm (from clipping, or computed when
-    `want_norm`), else None. With `fold_into`, the clip is that optimizer's `grad_scale`:
-    torch's `clip_grad_norm_` multiplies by `max_norm / (norm + 1e-6)` where that is below
-    1, so the fused kernel divides by its inverse, at least 1."""
+    `want_norm`), else None. With `fold_into` (given only with a clip, `folds_clipping`),
+    the clip is that optimizer's `grad_scale`: torch's `clip_grad_norm_` multiplies by
+    `max_norm / (norm + 1e-6)` where that is below 1, so the fused kernel divides by its
+    inverse, at least 1."""
     norm = None
-    if fold_into is not None:
-        scale = None
-        if max_grad_norm is not None:
-            grads = [p.grad for p in params if p.grad is not None]
-            norm = nn.utils.get_total_norm(grads, foreach=True)
-            scale = torch.clamp((norm + 1e-6) / max_grad_norm, min=1.0)
-            if scale.dtype != torch.float32:  # half-precision parameters: the kernels read fp32
-                scale = scale.float()
-        fold_into.grad_scale = scale  # type: ignore[attr-defined]
-        if norm is not None or not want_norm:
-            return norm
+    if fold_into is not None and max_grad_norm is not None:
+        grads = [p.grad for p in params if p.grad is not None]
+        norm = nn.utils.get_total_norm(grads, foreach=True)
+        scale = torch.clamp((norm + 1e-6) / max_grad_norm, min=1.0)
+        fold_into.grad_scale = scale.float()  # type: ignore[attr-defined]  # fp32 for the kernels
+        return norm
     if max_grad_norm is not None:
         norm = nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     elif want_norm:

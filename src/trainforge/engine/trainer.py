@@ -154,7 +154,8 @@ class Trainer:
         stop.clear()  # a request left by an earlier fit in this process is not this run's
         p = self.precision  # decided at fit start: a test may give a CPU run a scaler
         self._plain_backward = self._mean_backward and p.name == "fp32" and p.scaler is None
-        self._fold_clip = folds_clipping(self.optimizer, self.sharded) and p.scaler is None
+        clip = self.config.training.max_grad_norm
+        self._fold_clip = folds_clipping(self.optimizer, self.sharded, clip) and p.scaler is None
         if self.meter.steps == 0:
             # The first logging interval starts here, not when the trainer was built:
             # building the model and loading a checkpoint are not training time.
