@@ -267,6 +267,9 @@ def run(
         f"\nCPU per request: server {server_cpu * per_request:.2f} ms (nice "
         f"{server_nice}), clients {client_cpu * per_request:.2f} ms"
     )
+    # Each round's own slowdown, in order: how far one round moves is the verdict's noise.
+    rounds = " ".join(f"{b / a - 1:+.3f}" for a, b in zip(alone, loaded, strict=True))
+    text += f"\nslowdown by round: {rounds}"
     p99_verdict = "PASS" if p99 < P99_TARGET_MS else "MISS"
     slow_verdict = "PASS" if slowdown < SLOWDOWN_TARGET else "MISS"
     text += f"\n{p99_verdict}  {P99_KEY} = {p99:.1f} (target < {P99_TARGET_MS:.0f})"

@@ -26,6 +26,9 @@ def test_load_benchmark_with_50_clients_reports_p99_and_slowdown():
     assert "training + 50 clients" in text
     assert f"web_poll_p99_ms = {ratios['web_poll_p99_ms']:.1f}" in text
     assert f"web_poll_slowdown = {ratios['web_poll_slowdown']:+.3f}" in text
+    by_round = next(line for line in text.splitlines() if line.startswith("slowdown by round: "))
+    rounds = [float(x) for x in by_round.split(": ")[1].split()]
+    assert sorted(rounds)[len(rounds) // 2] == round(ratios["web_poll_slowdown"], 3)
     assert ratios["errors"] == 0
     assert ratios["requests"] >= 100, ratios  # enough polls for a p99 that means something
     assert math.isfinite(ratios["web_poll_slowdown"]) and ratios["web_poll_slowdown"] > -0.5
