@@ -249,7 +249,8 @@ def run(
     p50, p99 = ms[len(ms) // 2], ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     # The median of each round's own ratio: a round's two runs are seconds apart, so a slow
     # spell of the host falls on both (engine_overhead.speed_ratio's reasoning).
-    slowdown = statistics.median(b / a for a, b in zip(alone, loaded, strict=True)) - 1
+    by_round = [b / a - 1 for a, b in zip(alone, loaded, strict=True)]
+    slowdown = statistics.median(by_round)
     rows = [
         ["training alone", f"{statistics.median(alone):.2f} s", "", "", ""],
         [f"training + {clients} clients", f"{statistics.median(loaded):.2f} s",
@@ -268,8 +269,7 @@ def run(
         f"{server_nice}), clients {client_cpu * per_request:.2f} ms"
     )
     # Each round's own slowdown, in order: how far one round moves is the verdict's noise.
-    rounds = " ".join(f"{b / a - 1:+.3f}" for a, b in zip(alone, loaded, strict=True))
-    text += f"\nslowdown by round: {rounds}"
+    text += "\nslowdown by round: " + " ".join(f"{x:+.3f}" for x in by_round)
     p99_verdict = "PASS" if p99 < P99_TARGET_MS else "MISS"
     slow_verdict = "PASS" if slowdown < SLOWDOWN_TARGET else "MISS"
     text += f"\n{p99_verdict}  {P99_KEY} = {p99:.1f} (target < {P99_TARGET_MS:.0f})"
