@@ -307,3 +307,29 @@ def test_the_process_entry_leaves_the_last_collection_out(monkeypatch):
     with pytest.raises(SystemExit):
         cli.entry()
     assert frozen == [True]
+
+
+def test_train_starts_with_the_collector_off_and_training_turns_it_back_on(monkeypatch):
+    """`trainforge train` runs its start-up with the garbage collector off; the trainer's
+    `steady_state` freezes what start-up built and switches it back on before the first step.
+    Other commands, and main() called inside a process, leave the collector alone."""
+    import gc
+
+    from trainforge import cli, train
+
+    frozen, seen = [], []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(cli, "main", lambda: seen.append(gc.isenabled()))
+    try:
+        monkeypatch.setattr(sys, "argv", ["trainforge", "train", "config/vit_digits.yaml"])
+        cli.entry()
+        assert seen == [False] and not gc.isenabled()
+        train.steady_state()  # what the run calls before its first step
+        assert gc.isenabled() and frozen == [True, True]  # the exit's freeze, then start-up's
+        monkeypatch.setattr(sys, "argv", ["trainforge", "serve"])
+        cli.entry()
+        assert seen == [False, True]
+        train.steady_state()  # the collector is on: nothing to do
+        assert frozen == [True, True, True]
+    finally:
+        gc.enable()

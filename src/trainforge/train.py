@@ -129,8 +129,22 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
         header.warn_space(folder, config, trainer)
     guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
     resume.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
+    steady_state()
     result = outputs.fit_or_abort(trainer, folder)
     return outputs.finish(trainer, result, folder, resolved, platform, callbacks)
+
+
+def steady_state() -> None:
+    """The process entry (`cli.entry`) starts `train` with the garbage collector off, so that
+    start-up's imports and builds are not scanned again and again; here, before the first
+    step, everything alive so far is frozen (never scanned again: modules, the model, the
+    data) and the collector is switched back on for the run's own garbage. A no-op where the
+    collector is on (`main()` called inside another process, as the tests do)."""
+    import gc
+
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def fit_batch(resolved, platform, device, build, start_from) -> tuple[ResolvedConfig, str]:
