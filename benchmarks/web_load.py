@@ -177,12 +177,13 @@ async def _clients(port: int, name: str, n: int, interval_s: float, on, done):
     return latencies, counts
 
 
-async def _windows(summary: Path, window_s: float, first_on: bool, on, done, timeout: float):
-    """Switch the clients on and off in alternate windows of `window_s` until the run writes
-    its summary: [(clients on?, wall-clock start, end)], in the clock of the run's records."""
+async def _windows(finished, window_s: float, first_on: bool, on, done, timeout: float):
+    """Switch the clients on and off in alternate windows of `window_s` until `finished()`
+    (the run wrote its summary, or stopped without one): [(clients on?, wall-clock start,
+    end)], in the clock of the run's records."""
     windows: list[tuple[bool, float, float]] = []
     state, deadline = first_on, time.monotonic() + timeout
-    while not summary.exists() and time.monotonic() < deadline:
+    while not finished() and time.monotonic() < deadline:
         on.set() if state else on.clear()
         start = time.time()
         await asyncio.sleep(window_s)
@@ -248,9 +249,13 @@ def _round(url: str, project: Path, name: str, steps: int, load: dict, first_on:
     async def main():
         on, done = asyncio.Event(), asyncio.Event()
         summary = project / "runs" / name / "summary.json"
+
+        def finished() -> bool:  # one status read a window, beside 50 clients' 100 a second
+            return summary.exists() or _status(url, name)["status"] != "running"
+
         port = int(url.rsplit(":", 1)[1])
         clients = _clients(port, name, load["clients"], load["interval_s"], on, done)
-        switch = _windows(summary, load["window_s"], first_on, on, done, timeout=900)
+        switch = _windows(finished, load["window_s"], first_on, on, done, timeout=900)
         (latencies, counts), windows = await asyncio.gather(clients, switch)
         return latencies, counts, windows
 
