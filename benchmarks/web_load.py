@@ -211,15 +211,17 @@ def _train_records(project: Path, name: str) -> list[tuple[float, int]]:
     return [(r["time"], r["step"]) for r in records if r["split"] == "train"]
 
 
+def _pooled(rates, state: bool) -> tuple[int, float]:
+    """(steps, seconds) of every window of one kind (clients on or off) together."""
+    kind = [(s, t) for on, s, t in rates if on is state]
+    return sum(s for s, _ in kind), sum(t for _, t in kind)
+
+
 def _slowdown(rates) -> float:
     """Seconds per step with the clients on against off, minus 1: every window's steps and
     seconds pooled per kind."""
-
-    def per_step(state: bool) -> float:
-        steps = sum(s for on, s, _ in rates if on is state)
-        return sum(t for on, _, t in rates if on is state) / max(1, steps)
-
-    return per_step(True) / per_step(False) - 1
+    (on_steps, on_s), (off_steps, off_s) = _pooled(rates, True), _pooled(rates, False)
+    return (on_s / max(1, on_steps)) / (off_s / max(1, off_steps)) - 1
 
 
 def _noise(rounds) -> tuple[float, float]:
@@ -327,9 +329,9 @@ def _report(rates, latencies, totals, server_nice, load, steps) -> tuple[str, di
     ms = sorted(x * 1000 for x in latencies)
     p50, p99 = ms[len(ms) // 2], ms[min(len(ms) - 1, int(len(ms) * 0.99))]
 
-    def rate(state: bool) -> str:
-        kind = [(s, t) for on, s, t in pooled if on is state]
-        return f"{sum(s for s, _ in kind) / sum(t for _, t in kind):.1f}", str(len(kind))
+    def rate(state: bool) -> tuple[str, str]:
+        steps, seconds = _pooled(pooled, state)
+        return f"{steps / seconds:.1f}", str(sum(on is state for on, _, _ in pooled))
 
     clients, errors = load["clients"], totals["errors"]
     rows = [
