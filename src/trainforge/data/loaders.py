@@ -17,7 +17,12 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.memory import passthrough_collate
-from trainforge.data.sampling import KeyedDataset, StepBatchSampler, StridedSampler
+from trainforge.data.sampling import (
+    WHOLE_EPOCH_MAX_BYTES,
+    KeyedDataset,
+    StepBatchSampler,
+    StridedSampler,
+)
 from trainforge.errors import UserError
 
 _SAID_WORKERS: set[int] = set()  # worker counts already named, so the line comes once
@@ -68,7 +73,9 @@ def make_loader(
         )
         del options["batch_size"], options["drop_last"]
         if keyed:
-            dataset = KeyedDataset(dataset, seed, batched_fetch)
+            # Gathered an epoch at a time: a batched set small enough, read in this process.
+            whole = num_workers == 0 and _nbytes(dataset) <= WHOLE_EPOCH_MAX_BYTES
+            dataset = KeyedDataset(dataset, seed, batched_fetch, whole_epochs=whole)
     elif dist.enabled:
         options["sampler"] = StridedSampler(len(dataset), dist.rank, dist.world_size)
     # The loader draws worker base seeds from this generator; without one it would draw from
@@ -83,6 +90,11 @@ def make_loader(
             options["prefetch_factor"] = int(cfg.prefetch_factor)
         options["persistent_workers"] = bool(cfg.persistent_workers)
     return StatefulDataLoader(dataset, **options)
+
+
+def _nbytes(dataset: Dataset) -> float:
+    """The bytes an in-memory set holds (`TensorImageDataset.nbytes`); infinite for others."""
+    return float(getattr(dataset, "nbytes", float("inf")))
 
 
 def note_too_many_workers(num_workers: int) -> None:

@@ -272,17 +272,57 @@ def sample_keys(seed: int, epochs: np.ndarray, indices: np.ndarray) -> np.ndarra
     return x.view(np.int64)
 
 
+# A train set held in memory up to this size is gathered a whole epoch at a time
+# (`KeyedDataset(whole_epochs=True)`): one copy of it, and its augmented floats (4 bytes a
+# value) in the vision task, stay in memory beside it.
+WHOLE_EPOCH_MAX_BYTES = 16 * 2**20
+
+
+class EpochBatch(tuple):
+    """One train batch (images, labels, bits) cut as views from its epoch's gathered tensors:
+    `epoch` holds the whole epoch in its order, `rows` is this batch's run of it. A consumer
+    may do per-sample work on the whole epoch once and take the same rows of its result."""
+
+    epoch: GatheredEpoch
+    rows: slice
+
+    def __new__(cls, epoch: GatheredEpoch, rows: slice) -> EpochBatch:
+        batch = super().__new__(cls, (epoch.images[rows], epoch.labels[rows], epoch.bits[rows]))
+        batch.epoch, batch.rows = epoch, rows
+        return batch
+
+
+class GatheredEpoch:
+    """Every sample of epoch `number` in that epoch's order, with its random bits; `row` maps
+    a sample index to its row."""
+
+    def __init__(self, dataset: Any, seed: int, number: int) -> None:
+        order = np.asarray(epoch_permutation(len(dataset), seed, number), dtype=np.int64)
+        self.number = number
+        self.images, self.labels = dataset.__getitems__(order.tolist())
+        epochs = np.full(len(order), number, dtype=np.int64)
+        self.bits = torch.from_numpy(sample_keys(seed, epochs, order))
+        self.row = np.empty_like(order)
+        self.row[order] = np.arange(len(order))
+
+
 class KeyedDataset(torch.utils.data.Dataset):
     """A train set read through keys `epoch * len + index` (what `StepBatchSampler(keyed=
     True)` yields): each sample comes back with its 64 random bits (`sample_keys`) appended,
     so augmentation can draw per sample without a generator.
 
     `batched`: the wrapped set returns whole (images, labels) batches from `__getitems__`;
-    else its samples are returned one by one for the loader's collate."""
+    else its samples are returned one by one for the loader's collate. `whole_epochs` (a
+    batched set in memory, read in the training process): an epoch's first batch gathers the
+    whole epoch in its order at once (`GatheredEpoch`); every batch of the epoch, a run of
+    that order whatever the process count or micro-batch, is then a view of it
+    (`EpochBatch`), with the same values as a batch gathered on its own."""
 
-    def __init__(self, dataset: Any, seed: int, batched: bool) -> None:
+    def __init__(self, dataset: Any, seed: int, batched: bool, whole_epochs: bool = False) -> None:
         self.dataset, self.seed, self.batched = dataset, int(seed), batched
         self.num_items = len(dataset)
+        self.whole_epochs = whole_epochs and batched
+        self._epoch: GatheredEpoch | None = None
 
     def __len__(self) -> int:
         return self.num_items
@@ -302,9 +342,29 @@ class KeyedDataset(torch.utils.data.Dataset):
         return (*self.dataset[int(indices[0])], int(bits[0]))
 
     def __getitems__(self, keys: list[int]) -> Any:
+        if self.whole_epochs and keys:
+            batch = self._from_epoch(keys)
+            if batch is not None:
+                return batch
         indices, _, bits = self._split(keys)
         if self.batched:
             batch = self.dataset.__getitems__(indices.tolist())
             return (*batch, torch.from_numpy(bits))
         samples = [self.dataset[int(i)] for i in indices.tolist()]
         return [(*sample, int(b)) for sample, b in zip(samples, bits.tolist(), strict=True)]
+
+    def _from_epoch(self, keys: list[int]) -> EpochBatch | None:
+        """The batch as a view of its gathered epoch; None where its keys are not one run of
+        one epoch's order (then it is gathered on its own)."""
+        number = keys[0] // self.num_items
+        if self._epoch is None or self._epoch.number != number:
+            self._epoch = None  # the last epoch's tensors go before the next ones are made
+            self._epoch = GatheredEpoch(self.dataset, self.seed, number)
+        indices = np.asarray(keys, dtype=np.int64) - number * self.num_items
+        if indices.min() < 0 or indices.max() >= self.num_items:
+            return None  # keys of two epochs
+        rows = self._epoch.row[indices]
+        start = int(rows[0])
+        if not np.array_equal(rows, np.arange(start, start + len(keys))):
+            return None
+        return EpochBatch(self._epoch, slice(start, start + len(keys)))
