@@ -73,9 +73,7 @@ def make_loader(
         )
         del options["batch_size"], options["drop_last"]
         if keyed:
-            # Gathered an epoch at a time: a batched set small enough, read in this process.
-            whole = num_workers == 0 and _nbytes(dataset) <= WHOLE_EPOCH_MAX_BYTES
-            dataset = KeyedDataset(dataset, seed, batched_fetch, whole_epochs=whole)
+            dataset = _keyed(dataset, seed, batched_fetch, num_workers)
     elif dist.enabled:
         options["sampler"] = StridedSampler(len(dataset), dist.rank, dist.world_size)
     # The loader draws worker base seeds from this generator; without one it would draw from
@@ -92,9 +90,13 @@ def make_loader(
     return StatefulDataLoader(dataset, **options)
 
 
-def _nbytes(dataset: Dataset) -> float:
-    """The bytes an in-memory set holds (`TensorImageDataset.nbytes`); infinite for others."""
-    return float(getattr(dataset, "nbytes", float("inf")))
+def _keyed(dataset: Dataset, seed: int, batched_fetch: bool, num_workers: int) -> KeyedDataset:
+    """The train set read with each sample's random bits; gathered a whole epoch at a time
+    when it is held in memory (`nbytes`, as `TensorImageDataset` says), small enough, and
+    read in this process."""
+    size = float(getattr(dataset, "nbytes", float("inf")))
+    whole = num_workers == 0 and size <= WHOLE_EPOCH_MAX_BYTES
+    return KeyedDataset(dataset, seed, batched_fetch, whole_epochs=whole)
 
 
 def note_too_many_workers(num_workers: int) -> None:
