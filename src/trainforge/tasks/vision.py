@@ -46,6 +46,7 @@ class ImageClassification:
     _eval_counts: Tensor | None = field(default=None, repr=False)
     _eval_seen: int = field(default=0, repr=False)
     _eval_versions: tuple[int, ...] = field(default=(), repr=False)
+    _augment_device: torch.device | None = field(default=None, repr=False)
     # The train epoch gathered whole (`EpochBatch`), augmented on its device.
     _epoch_augmented: tuple[Any, torch.device, Tensor, Tensor] | None = field(
         default=None, repr=False
@@ -99,8 +100,9 @@ class ImageClassification:
         non_blocking = device.type == "cuda"
         images = images.to(device, non_blocking=non_blocking)
         labels = labels.to(device, non_blocking=non_blocking)
-        if self.augment.mean.device != images.device:
+        if self._augment_device != images.device:  # moved once, not per batch
             self.augment.to(images.device)
+            self._augment_device = images.device
         images = self.augment(images, train=train, sample_bits=bits[0] if bits else None)
         return images, labels
 
