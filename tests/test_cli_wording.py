@@ -190,3 +190,26 @@ def test_slurm_without_submit_creates_the_log_folder(tmp_path, monkeypatch, caps
         "--gpus-per-node", "0", "--time", "00:10:00", "--output-dir", str(blocked / "x"),
     )  # fmt: skip
     assert "cannot create the log folder" in one_line(code, err)
+
+
+def _commands(command, path=()):
+    yield path
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, (*path, name))
+
+
+def test_no_help_page_shows_a_value_type_for_a_flag():
+    """`--help` and `--version` take no value: no help page lists them with `<bool>`."""
+    import typer
+    from typer.testing import CliRunner
+
+    from trainforge.cli import app
+
+    runner = CliRunner()
+    pages = list(_commands(typer.main.get_command(app)))
+    assert ("export",) in pages and ("serve",) in pages and len(pages) > 10
+    for path in pages:
+        result = runner.invoke(app, [*path, "--help"], prog_name="trainforge", terminal_width=100)
+        assert result.exit_code == 0, (path, result.output)
+        assert "trainforge" in result.output, path
+        assert "<bool>" not in result.output, (path, result.output)

@@ -17,6 +17,21 @@ import typer
 from trainforge import __version__
 from trainforge.errors import UserError
 
+
+def _flags_show_no_value_type() -> None:
+    """Typer 0.29 prints a flag's type in the help (`--help <bool>`, `--version <bool>`), as
+    if it took a value. A flag takes none: its type column stays empty, as in click's help."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_value_type()
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,

@@ -83,7 +83,8 @@ def evaluate(request: Request) -> dict[str, Any]:
     apply_threads(thread_count(config.training.num_threads))
     task = build_task(config, device)
     model = load_weights(task.model, source.state_dict, source.weights).to(device)
-    print(f"evaluating {source.weights} (step {step}) on {device}")
+    at = f"step {step}" if step is not None else "step not recorded"
+    print(f"evaluating {source.weights} ({at}) on {device}")
     results: dict[str, dict[str, float]] = {}
     for name, loader in _passes(task, request, file):
         metrics = _score(task, model, loader, device, config)
@@ -94,9 +95,17 @@ def evaluate(request: Request) -> dict[str, Any]:
 
 
 def _step_of(weights: Path) -> int | None:
+    """The optimizer step the weights were saved at: a checkpoint's meta, or for a run's final
+    model the step its summary records; None where neither says."""
     folder = weights.parent
-    meta = folder / ckpt.META
-    return int(ckpt.read_meta(folder).get("global_step", 0)) if meta.is_file() else None
+    if (folder / ckpt.META).is_file():
+        return int(ckpt.read_meta(folder).get("global_step", 0))
+    summary = RunFolder(folder).summary
+    try:
+        step = json.loads(summary.read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError):
+        return None
+    return int(step) if isinstance(step, int) else None
 
 
 def _evaluation_config(config: Any, request: Request, file: Path | None) -> Any:

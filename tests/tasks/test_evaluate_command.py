@@ -90,6 +90,8 @@ def test_evaluate_scores_an_image_run_as_its_validation_did(tmp_path, monkeypatc
         monkeypatch, capsys, "evaluate", str(run), "--split", "val", "--json", "e.json"
     )
     assert code == 0, out[-3000:] + err
+    assert f"evaluating {run / 'model.safetensors'} (step 4) on cpu" in out  # the final model's
+    assert json.loads((tmp_path / "e.json").read_text())["step"] == 4
     scored = json.loads((tmp_path / "e.json").read_text())["results"]["validation"]
     assert scored["accuracy"] == logged["accuracy"]
     assert scored["loss"] == pytest.approx(logged["loss"], rel=1e-6)

@@ -119,7 +119,12 @@ def thread_budget(
     if default_threads:
         cores = min(cores, default_threads)
     share = max(1, cores // (others + 1))
-    return share, f"{cores} cores / {others + 1} trainings running here"
+    # The share follows the load, and CPU sums reduce in another order with another count:
+    # the line says so and how to pin it, so two runs of one command can be made equal.
+    return share, (
+        f"{cores} cores / {others + 1} trainings running here; the count follows the load, "
+        "pin it with --num_threads N"
+    )
 
 
 def apply_threads(count: int) -> None:
