@@ -316,3 +316,19 @@ def test_a_bad_relative_max_steps_is_one_line(value, monkeypatch, capsys):
     assert code == 2 and out == ""
     (line,) = err.splitlines()
     assert line.startswith(f"--max_steps {value}: not a number of steps to add")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--run_name", "g2preal", "--output-name", "g2p-real"],
+        ["--output-name", "g2p-real", "--run_name", "g2preal"],
+    ],
+)
+def test_output_name_keeps_an_explicit_run_name(argv):
+    from trainforge.config.flags import parse
+
+    args = parse(argv)
+    assert args.flags["output.model_name"] == "g2p-real"
+    assert args.flags["output.run_name"] == "g2preal"
+    assert parse(["--output-name", "g2p-real"]).flags["output.run_name"] == "g2p-real"

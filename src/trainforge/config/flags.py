@@ -241,9 +241,11 @@ def _special(args: RunArgs, name: str, value: str) -> None:
         except ValueError:
             raise UserError(f"--world_size {value!r}: not a whole number", "e.g. 2") from None
     elif name == "output-name":
-        quoted = value
-        _put(args, "output.model_name", quoted, name)
-        _put(args, "output.run_name", quoted, name)
+        _put(args, "output.model_name", value, name)
+        # It names the run only where no --run_name does: an explicit run name is kept,
+        # whichever of the two flags comes first.
+        if args.sources.get("output.run_name", f"flag --{name}") == f"flag --{name}":
+            _put(args, "output.run_name", value, name)
     else:
         _report_to(args, value)
 
