@@ -6,7 +6,8 @@
 #   no COMMAND     an interactive shell in the project folder
 #   COMMAND...     run it, e.g. trainforge train config/vit_digits.yaml
 #   --dry-run      print the docker command instead of running it (secrets by name only)
-#   --image NAME   image to run (default: $TRAINFORGE_IMAGE or trainforge-dgx-spark)
+#   --image NAME   image to run (default: $TRAINFORGE_IMAGE or trainforge-dgx-spark; where that
+#                  is missing and the DGX Spark plan's own tag unsloth-dgx-spark exists, that one)
 #   --net-host     share the host network (the DGX Spark plan uses --net=host); by default only
 #                  TensorBoard's port 6006 is published, on 127.0.0.1
 #
@@ -24,7 +25,11 @@ set -euo pipefail
 
 PROJECT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORKDIR="/workspace/trainforge"
-IMAGE="${TRAINFORGE_IMAGE:-trainforge-dgx-spark}"
+DEFAULT_IMAGE="trainforge-dgx-spark"
+# The DGX Spark setup plan builds its image as `docker build ... -t unsloth-dgx-spark .`.
+PLAN_IMAGE="unsloth-dgx-spark"
+IMAGE="${TRAINFORGE_IMAGE:-$DEFAULT_IMAGE}"
+IMAGE_CHOSEN="${TRAINFORGE_IMAGE:+1}"
 HF_CACHE_DIR="${HF_HOME:-${HOME}/.cache/huggingface}"
 RUNS_DIR="${TRAINFORGE_RUNS_DIR:-${PROJECT_DIR}/runs}"
 MODELS_DIR="${TRAINFORGE_MODELS_DIR:-${PROJECT_DIR}/models}"
@@ -49,6 +54,7 @@ parse_args() {
             --image)
                 [ $# -ge 2 ] && [ -n "$2" ] || die "--image needs a name" "see --help"
                 IMAGE="$2"
+                IMAGE_CHOSEN=1
                 shift
                 ;;
             --net-host) NET_HOST=1 ;;
@@ -103,10 +109,22 @@ check_daemon() {
     esac
 }
 
+# The image to run: the one asked for, or by default trainforge-dgx-spark, else the plan's
+# tag when only that one was built (said in one line).
+pick_image() {
+    docker image inspect "$IMAGE" >/dev/null 2>&1 && return 0
+    if [ -z "$IMAGE_CHOSEN" ] && docker image inspect "$PLAN_IMAGE" >/dev/null 2>&1; then
+        echo "run-dgx-container.sh: image $DEFAULT_IMAGE not found; using $PLAN_IMAGE (the DGX Spark plan's tag)" >&2
+        IMAGE="$PLAN_IMAGE"
+        return 0
+    fi
+    die "image $IMAGE not found" "docker build -f Dockerfile.dgx-spark -t $IMAGE ."
+}
+
 main() {
     parse_args "$@"
-    docker_args
     if [ "$DRY_RUN" = 1 ]; then
+        docker_args
         local line
         line="$(printf '%q ' docker "${ARGS[@]}")"
         echo "${line% }"
@@ -115,8 +133,8 @@ main() {
     command -v docker >/dev/null 2>&1 ||
         die "docker is not installed" "install Docker (docs/dgx_spark.md, 'Docker: command not found')"
     check_daemon
-    docker image inspect "$IMAGE" >/dev/null 2>&1 ||
-        die "image $IMAGE not found" "docker build -f Dockerfile.dgx-spark -t $IMAGE ."
+    pick_image
+    docker_args
     # Create the mounted folders as this user; docker would create missing ones as root.
     mkdir -p "$HF_CACHE_DIR" "$RUNS_DIR" "$MODELS_DIR" "$WANDB_DIR"
     exec docker "${ARGS[@]}"

@@ -137,17 +137,27 @@ DAEMON_DOWN = (
 
 
 def fake_docker(
-    bin_dir: Path, log: Path, *, image_exists: bool = True, daemon: str | None = None
+    bin_dir: Path,
+    log: Path,
+    *,
+    image_exists: bool = True,
+    daemon: str | None = None,
+    images: tuple[str, ...] | None = None,
 ) -> None:
     """A `docker` that records its arguments and the WANDB_API_KEY it received; `daemon` is
-    what `docker info` prints when its daemon does not answer (None: it answers)."""
+    what `docker info` prints when its daemon does not answer (None: it answers); `images`,
+    when given, are the only images `docker image inspect` finds."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "docker"
     info = "echo 27.0.3; exit 0" if daemon is None else f"echo {shlex.quote(daemon)} >&2; exit 1"
+    inspect = f"exit {0 if image_exists else 1}"
+    if images is not None:
+        names = " ".join(shlex.quote(name) for name in images)
+        inspect = f'for i in {names}; do [ "$3" = "$i" ] && exit 0; done; exit 1'
     script.write_text(
         "#!/bin/bash\n"
         f'if [ "$1" = info ]; then {info}; fi\n'
-        f'if [ "$1" = image ]; then exit {0 if image_exists else 1}; fi\n'
+        f'if [ "$1" = image ]; then {inspect}; fi\n'
         f'printf "%s\\n" "$@" > "{log}"\n'
         f'printf "%s" "${{WANDB_API_KEY:-}}" > "{log}.key"\n'
     )
@@ -184,6 +194,25 @@ def test_missing_image_says_how_to_build_it(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "docker build -f Dockerfile.dgx-spark -t trainforge-dgx-spark ." in result.stderr
     assert not (tmp_path / "log").exists()
+
+
+def test_the_plans_own_tag_is_used_when_the_default_image_is_missing(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    fake_docker(tmp_path / "bin", log, images=("unsloth-dgx-spark",))
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    result = launch("trainforge", "doctor", env={"HOME": str(tmp_path)}, path=path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "run-dgx-container.sh: image trainforge-dgx-spark not found; using unsloth-dgx-spark "
+        "(the DGX Spark plan's tag)"
+    ]
+    words = log.read_text().splitlines()
+    assert words[words.index("unsloth-dgx-spark") + 1 :] == ["trainforge", "doctor"]
+    # An image named by the user is never swapped for another.
+    log.unlink()
+    named = launch("--image", "mine", "trainforge", env={"HOME": str(tmp_path)}, path=path)
+    assert named.returncode == 2 and "image mine not found" in named.stderr
+    assert not log.exists()
 
 
 @pytest.mark.parametrize(
