@@ -25,7 +25,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "jetson_torch_install.py"
 JP6_INDEX = "https://pypi.jetson-ai-lab.dev/jp6/cu122"
-JP5_WHEEL_DIR = "https://developer.download.nvidia.com/compute/redist/jp/v512/pytorch/"
+REDIST = "https://developer.download.nvidia.com/compute/redist/jp/"
+JP5_WHEEL_DIR = REDIST + "v512/pytorch/"
 
 DPKG_STATUS = """\
 Package: nvidia-l4t-bootloader
@@ -93,7 +94,16 @@ def test_main_prints_detected_jetpack_6_commands(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "NVIDIA Jetson Orin Nano Developer Kit" in out
     assert "L4T: 36.3.0" in out
-    assert f"pip install torch torchvision torchaudio --index-url {JP6_INDEX}" in out
+    # The Jetson guide's default: NVIDIA's redist wheel first, the Jetson AI Lab index as the
+    # alternative.
+    lines = out.splitlines()
+    wheel = f"python3 -m pip install --no-cache-dir {REDIST}v60/pytorch/torch-2.4.0a0+"
+    first = next(i for i, line in enumerate(lines) if "pip install" in line)
+    assert lines[first].strip().startswith(wheel), out
+    assert lines[first].strip().endswith("-cp310-cp310-linux_aarch64.whl")
+    alternative = [line for line in lines if JP6_INDEX in line]
+    assert len(alternative) == 1 and alternative[0].startswith("note: or, without building")
+    assert f"pip install torch torchvision torchaudio --index-url {JP6_INDEX}" in alternative[0]
     assert out.rstrip().endswith(
         "rerun this after a JetPack upgrade "
         "(or see https://developer.download.nvidia.com/compute/redist/jp/)"
@@ -106,6 +116,8 @@ def test_main_prints_detected_jetpack_6_1_commands(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "L4T: 36.4.0 (from /etc/nv_tegra_release)" in out
     assert "detected JetPack: 6.1" in out
+    assert f"{REDIST}v61/pytorch/torch-2.5.0a0+" in out.split("note:")[0]
+    assert "note: or, without building from source, the Jetson AI Lab pip index" in out
     assert "--index-url https://pypi.jetson-ai-lab.dev/jp6/cu126" in out
     assert "note: if `import torch` fails on libcusparseLt.so" in out
     assert "bash scripts/install_cusparselt.sh" in out
@@ -116,6 +128,7 @@ def test_every_row_names_the_cuda_release_of_its_jetpack() -> None:
     assert [row.cuda for row in WHEEL_TABLE] == ["11.4", "12.2", "12.6"]
     assert wheel_row("JetPack 6.2").cuda == "12.6"
     assert wheel_row("5.1.2").python == "3.8"  # the wheel's cp38 tag
+    assert wheel_row("6.1").python == wheel_row("6.0").python == "3.10"  # cp310
     assert wheel_row("4.6") is None
 
 

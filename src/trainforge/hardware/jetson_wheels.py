@@ -41,10 +41,7 @@ REDIST_INDEX = "https://developer.download.nvidia.com/compute/redist/jp/"
 RERUN_HINT = f"rerun this after a JetPack upgrade (or see {REDIST_INDEX})"
 
 _JP5_PREREQUISITES = "sudo apt-get install -y python3-pip libopenblas-dev"
-_JP5_TORCH_WHEEL = (
-    "https://developer.download.nvidia.com/compute/redist/jp/v512/pytorch/"
-    "torch-2.1.0a0+41361538.nv23.06-cp38-cp38-linux_aarch64.whl"
-)
+_JP5_TORCH = "torch-2.1.0a0+41361538.nv23.06-cp38-cp38-linux_aarch64.whl"
 _JETSON_AI_LAB = "https://pypi.jetson-ai-lab.dev/jp6"
 # "36.3.0-20240506102626" -> "36.3.0"; some releases omit the patch ("36.3-...").
 _DPKG_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~].*)?$")
@@ -64,9 +61,38 @@ class WheelRow:
     python: str | None = None
 
 
-def _jetson_ai_lab(cuda: str) -> tuple[str, ...]:
+_JP60_TORCH = "torch-2.4.0a0+07cecf4168.nv24.05.14710581-cp310-cp310-linux_aarch64.whl"
+_JP61_TORCH = "torch-2.5.0a0+872d972e41.nv24.08.17622132-cp310-cp310-linux_aarch64.whl"
+_BUILT_FROM_SOURCE = (
+    "torchvision and torchaudio build from source (tens of minutes on an Orin); "
+    "torchvision needs `sudo apt-get install -y libjpeg-dev zlib1g-dev`, "
+    "torchaudio needs cmake and ninja",
+)
+_CUSPARSELT = (
+    "if `import torch` fails on libcusparseLt.so, install cuSPARSELt: "
+    "bash scripts/install_cusparselt.sh"
+)
+
+
+def _redist(folder: str, wheel: str, vision: str, audio: str) -> tuple[str, ...]:
+    """NVIDIA's own torch wheel from the redist index, then torchvision and torchaudio from
+    the source tags that match it (NVIDIA publishes no wheels of those for Jetson)."""
+    return (
+        _JP5_PREREQUISITES,
+        f"python3 -m pip install --no-cache-dir {REDIST_INDEX}{folder}/pytorch/{wheel}",
+        "python3 -m pip install --no-build-isolation"
+        f" 'torchvision @ git+https://github.com/pytorch/vision.git@{vision}'",
+        "python3 -m pip install --no-build-isolation"
+        f" 'torchaudio @ git+https://github.com/pytorch/audio.git@{audio}'",
+    )
+
+
+def _alternative(cuda: str) -> str:
     index = f"{_JETSON_AI_LAB}/{cuda}"
-    return (f"python3 -m pip install torch torchvision torchaudio --index-url {index}",)
+    return (
+        "or, without building from source, the Jetson AI Lab pip index (community builds of "
+        f"all three): python3 -m pip install torch torchvision torchaudio --index-url {index}"
+    )
 
 
 # JetPack -> install commands. Keep this the single place to update when NVIDIA publishes new
@@ -83,48 +109,43 @@ WHEEL_TABLE: tuple[WheelRow, ...] = (
     # that match torch 2.1 (vision v0.16.1, audio v2.1.0). As of 2025-06, unverified offline.
     WheelRow(
         jetpacks=("5.1", "5.1.1", "5.1.2", "5.1.3", "5.1.4"),
-        commands=(
-            _JP5_PREREQUISITES,
-            f"python3 -m pip install --no-cache-dir {_JP5_TORCH_WHEEL}",
-            "python3 -m pip install --no-build-isolation"
-            " 'torchvision @ git+https://github.com/pytorch/vision.git@v0.16.1'",
-            "python3 -m pip install --no-build-isolation"
-            " 'torchaudio @ git+https://github.com/pytorch/audio.git@v2.1.0'",
-        ),
+        commands=_redist("v512", _JP5_TORCH, vision="v0.16.1", audio="v2.1.0"),
         notes=(
-            "torchvision and torchaudio build from source (tens of minutes on an Orin); "
-            "torchvision needs `sudo apt-get install -y libjpeg-dev zlib1g-dev`, "
-            "torchaudio needs cmake and ninja",
+            *_BUILT_FROM_SOURCE,
             "older 5.1 builds: " + REDIST_INDEX + "v51/pytorch/ and v511/pytorch/",
         ),
         source=f"NVIDIA 'Installing PyTorch for Jetson Platform'; {REDIST_INDEX}v512/pytorch/",
         cuda="11.4",
         python="3.8",  # the wheel's cp38 tag
     ),
-    # JetPack 6.0 (L4T R36.3; the 6.0 DP, R36.2, has the same CUDA 12.2). Source: Jetson AI
-    # Lab pip index jp6/cu122, linked from NVIDIA's "Installing PyTorch for Jetson Platform"
-    # and the Jetson forums. As of 2025-06, unverified offline.
+    # JetPack 6.0 (L4T R36.3; the 6.0 DP, R36.2, has the same CUDA 12.2, Python 3.10). Source:
+    # NVIDIA "Installing PyTorch for Jetson Platform" and the redist index .../jp/v60/pytorch/
+    # (torch 2.4.0a0 nv24.05, cp310), as the Jetson guide points at NVIDIA's redist index for
+    # JetPack 5.1+. NVIDIA ships no torchvision/torchaudio there: built from the source tags
+    # that match torch 2.4 (vision v0.19.0, audio v2.4.0). The Jetson AI Lab index (jp6/cu122)
+    # serves all three built together: printed as the alternative. As of 2025-06, unverified
+    # offline.
     WheelRow(
         jetpacks=("6.0", "6.0 DP"),
-        commands=_jetson_ai_lab("cu122"),
-        notes=("the index serves CUDA 12.2 builds of torch, torchvision and torchaudio",),
-        source=f"Jetson AI Lab pip index {_JETSON_AI_LAB}/cu122",
+        commands=_redist("v60", _JP60_TORCH, vision="v0.19.0", audio="v2.4.0"),
+        notes=(*_BUILT_FROM_SOURCE, _alternative("cu122"), _CUSPARSELT),
+        source=f"NVIDIA 'Installing PyTorch for Jetson Platform'; {REDIST_INDEX}v60/pytorch/",
         cuda="12.2",
+        python="3.10",  # the wheel's cp310 tag
     ),
-    # JetPack 6.1 and 6.2 (L4T R36.4.x, CUDA 12.6). Source: Jetson AI Lab pip index
-    # jp6/cu126 (NVIDIA forums, 2025-01: "We provide 2.4.0, 2.5.0, and 2.6.0rc1 for the
-    # JetPack 6.1 environment"). Newer torch builds also need libcusparseLt (NVIDIA docs).
-    # As of 2025-06, unverified offline.
+    # JetPack 6.1 and 6.2 (L4T R36.4.x, CUDA 12.6, Python 3.10). Source: the redist index
+    # .../jp/v61/pytorch/ (torch 2.5.0a0 nv24.08, cp310; JetPack 6.2 keeps R36.4 and CUDA 12.6
+    # and takes the same wheel), torchvision v0.20.0 / torchaudio v2.5.0 from source; this
+    # torch needs libcusparseLt (NVIDIA docs). The Jetson AI Lab index jp6/cu126 is the
+    # alternative (NVIDIA forums, 2025-01: "We provide 2.4.0, 2.5.0, and 2.6.0rc1 for the
+    # JetPack 6.1 environment"). As of 2025-06, unverified offline.
     WheelRow(
         jetpacks=("6.1", "6.2", "6.2.1"),
-        commands=_jetson_ai_lab("cu126"),
-        notes=(
-            "the index serves CUDA 12.6 builds of torch, torchvision and torchaudio",
-            "if `import torch` fails on libcusparseLt.so, install cuSPARSELt: "
-            "bash scripts/install_cusparselt.sh",
-        ),
-        source=f"Jetson AI Lab pip index {_JETSON_AI_LAB}/cu126",
+        commands=_redist("v61", _JP61_TORCH, vision="v0.20.0", audio="v2.5.0"),
+        notes=(*_BUILT_FROM_SOURCE, _alternative("cu126"), _CUSPARSELT),
+        source=f"NVIDIA 'Installing PyTorch for Jetson Platform'; {REDIST_INDEX}v61/pytorch/",
         cuda="12.6",
+        python="3.10",  # the wheel's cp310 tag
     ),
 )
 
