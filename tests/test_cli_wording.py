@@ -213,3 +213,19 @@ def test_no_help_page_shows_a_value_type_for_a_flag():
         assert result.exit_code == 0, (path, result.output)
         assert "trainforge" in result.output, path
         assert "<bool>" not in result.output, (path, result.output)
+
+
+def test_a_run_that_ends_between_validations_ends_with_its_number(tmp_path, monkeypatch, capsys):
+    """The digits config validates every 5 epochs; 30 steps end inside the first five, and
+    the run still closes with a validation: in summary.json and in its last lines."""
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", str(REPO / "config" / "vit_digits.yaml"),
+        "--max_steps", "30", "--num_threads", "1", "--set", f"output.dir={tmp_path}",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((tmp_path / "vit_digits" / "summary.json").read_text())
+    accuracy = summary["final_metrics"]["accuracy"]
+    assert summary["best_metric"] == accuracy
+    assert f"validation accuracy {accuracy * 100:.2f}%" in out.split("done: finished")[1]
+    records = [json.loads(x) for x in (tmp_path / "vit_digits" / "metrics.jsonl").open()]
+    assert [r["step"] for r in records if r.get("split") == "val"] == [30]

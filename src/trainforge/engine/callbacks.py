@@ -54,9 +54,9 @@ class EvalCadence(Callback):
     when it improves (`full_on_improvement`).
 
     A run whose epochs (times `eval_every_epochs`) are shorter than `eval_steps` validates
-    by step only, and once more at its end (unless the task's `validates_at_end` says its
-    final model evaluation does that): ten one-step epochs on a two-line file would
-    otherwise validate ten times."""
+    by step only: ten one-step epochs on a two-line file would otherwise validate ten times.
+    Every run that trains to its end validates at its last step, when the cadence did not
+    (unless the task's `validates_at_end` says its final model evaluation does that)."""
 
     def __init__(
         self,
@@ -97,7 +97,9 @@ class EvalCadence(Callback):
             self._evaluate(trainer)
 
     def on_fit_end(self, trainer: Trainer) -> None:
-        if self.by_epoch(trainer.steps_per_epoch) or not self.every_steps:
+        # A finished run ends with its number: one that stops between validations (30 steps
+        # of a config that validates every 5 epochs) validates once more, whatever the cadence.
+        if not (self.every_steps or self.every_epochs):
             return
         if trainer.should_stop or getattr(trainer.task, "validates_at_end", False):
             return  # a stopped run validates when it resumes; such a task does it itself
