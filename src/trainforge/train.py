@@ -80,7 +80,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
     from trainforge.hardware.allocator import tune_host_allocator
     from trainforge.hardware.threads import apply_threads, thread_count
     from trainforge.observe.loggers import build_loggers, flatten
-    from trainforge.run import header, init_from, outputs, resume
+    from trainforge.run import header, init_from, outputs, resume, segments
     from trainforge.run.callbacks import build_callbacks
     from trainforge.run.recipe import config_hash, config_yaml
     from trainforge.tasks import build_task
@@ -115,6 +115,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
         params=flatten(config.model_dump(mode="json")),
         telemetry=header.telemetry(config, platform) if main else None,
         profile_dir=folder.path if main else None,
+        run_folder=folder,
     )
     trainer = Trainer(
         task, config, run_dir=folder.path, device=device, callbacks=callbacks,
@@ -128,7 +129,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
         resume.record_run(folder, resolved, trainer, source.record() if source else None)
         header.warn_space(folder, config, trainer)
     guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
-    resume.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
+    segments.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
     steady_state()
     result = outputs.fit_or_abort(trainer, folder)
     return outputs.finish(trainer, result, folder, resolved, platform, callbacks)

@@ -6,7 +6,11 @@ logging and progress display are callbacks. New behaviour is a new callback.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
@@ -181,10 +185,15 @@ class GracefulStop(Callback):
 
     def __init__(self) -> None:
         self.received: str | None = None
+        # When the signal came and when its checkpoint was on disk (epoch seconds): run.json
+        # records both, so the time a preemption costs is a number (`run.segments`).
+        self.received_at: float | None = None
+        self.saved_at: float | None = None
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, _frame: Any) -> None:
         self.received = signal.Signals(signum).name
+        self.received_at = self.received_at or time.time()  # a plain store: handler-safe
         stop.request(self.received)  # a validation or generation pass ends at its next poll
         signal.signal(signum, self._second(signum))
 
@@ -206,7 +215,9 @@ class GracefulStop(Callback):
                     return
 
     def _stop(self, trainer: Trainer) -> None:
+        self.received_at = self.received_at or time.time()  # a rank that heard it from a peer
         trainer.save_checkpoint(ckpt.interrupted_name(), wait=True)
+        self.saved_at = time.time()
         trainer.stop(f"{self.received} received")
         trainer.interrupted = True
         trainer.stop_signal = self.received
@@ -242,3 +253,44 @@ class GracefulStop(Callback):
             for sig, previous in self._previous.items():
                 signal.signal(sig, previous)
             stop.clear()  # acted on: a later fit in this process starts without it
+
+
+class LauncherWatch(Callback):
+    """A training process whose launcher died stops at the next step boundary, in seconds.
+
+    torchrun starts its workers in sessions of their own (`setsid`), so a SIGKILL of its
+    agent reaches none of them and they would train on, unsupervised, still writing into the
+    run folder, while a restarted job may already have taken it over. Linux's
+    `PR_SET_PDEATHSIG` was considered (`sweep.trial` uses it for a child it forks itself):
+    the child has to set it after the fork, so a launcher that died before then is missed,
+    and it fires when the forking *thread* ends, not the process. Comparing the parent pid
+    at each step boundary catches every case: an orphan is re-parented (to init or a
+    subreaper). The process then ends at once with one line, writing nothing more: a
+    checkpoint write under way is abandoned, and a checkpoint folder is only ever taken as
+    good once complete (`engine.checkpoint`), so the run resumes from its newest good one.
+
+    `parent_pid` is the launcher's pid at start (None: no launcher to watch)."""
+
+    def __init__(self, parent_pid: int | None, resume: str) -> None:
+        self.parent_pid = parent_pid
+        self.resume = resume
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if self.parent_pid is None or os.getppid() == self.parent_pid:
+            return
+        line = (
+            f"trainforge: the launcher (process {self.parent_pid}) is gone; stopping at step "
+            f"{trainer.state.global_step} without saving. continue the run from its newest "
+            f"checkpoint with `{self.resume}`"
+        )
+        with contextlib.suppress(OSError):  # the launcher's end of the pipe went with it
+            print(line, file=sys.stderr, flush=True)
+        os._exit(2)  # no clean-up: nothing of this orphan may write into the folder again
+
+
+def launcher_pid(env: dict[str, str] | None = None) -> int | None:
+    """The pid of the launcher that owns this training process: torchrun's agent (its
+    `TORCHELASTIC_RUN_ID` in the environment) is the parent; None elsewhere, where a parent
+    that ends (a shell closed under `nohup`) must not stop the run."""
+    env = os.environ if env is None else env
+    return os.getppid() if env.get("TORCHELASTIC_RUN_ID") else None

@@ -18,10 +18,14 @@ from trainforge.engine.callbacks import (
     CheckpointCadence,
     EvalCadence,
     GracefulStop,
+    LauncherWatch,
     TimeLimit,
+    launcher_pid,
 )
 from trainforge.observe import MetricsCallback, ProgressDisplay
 from trainforge.observe.profiler import profiler_callbacks
+from trainforge.run.segments import SegmentClock
+from trainforge.runfolder import RunFolder, resume_command
 from trainforge.sweep.pruning import callbacks_from_env as sweep_callbacks
 
 
@@ -34,12 +38,14 @@ def build_callbacks(
     params: dict[str, Any] | None = None,
     telemetry: Any = None,
     profile_dir: Path | None = None,
+    run_folder: RunFolder | None = None,
 ) -> list[Callback]:
     """A resumable run (`trainforge train`) validates by steps, epochs and fast validation,
     keeps checkpoints, and stops at the time limit or on a signal with a checkpoint; a
     fine-tune inside an export validates every `eval_every_epochs` only and keeps no
     checkpoints. Both log `loggers` and show progress when `progress`; a `profile_dir`
-    adds the profiler's callbacks writing there."""
+    adds the profiler's callbacks writing there. A resumable run with its `run_folder`
+    also records its segment's times in run.json and stops when its launcher dies."""
     e, c, t = config.evaluation, config.checkpoint, config.training
     display = ProgressDisplay(enabled=progress)
     if resumable:
@@ -52,8 +58,11 @@ def build_callbacks(
             ),
             CheckpointCadence(c.save_steps, c.save_every_epochs, c.save_best),
             TimeLimit(t.max_training_hours, c.save_on_time_limit),
-            GracefulStop(),
+            graceful := GracefulStop(),
         ]
+        if run_folder is not None:
+            head.append(SegmentClock(run_folder, graceful))
+            head.append(LauncherWatch(launcher_pid(), resume_command(run_folder)))
     else:
         head = [EvalCadence(None, e.eval_every_epochs)]
     metrics = MetricsCallback(

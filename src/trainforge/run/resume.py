@@ -1,14 +1,14 @@
 """Resume, in one place: what `--resume` names (the run.json recipe it rebuilds, the
 directory the run started in), the run folder claimed under its hold, the checkpoint the
-run resumes from, the batch numbers that checkpoint keeps for `batch_size: auto`, run.json
-and its segments, the restore itself, and the Slurm requeue that lets a preempted job come
-back to it. Checkpoint files are `trainforge.engine.checkpoint`'s, the folder's layout
-`trainforge.runfolder`'s.
+run resumes from (by itself after a launcher's restart), the batch numbers that checkpoint
+keeps for `batch_size: auto`, run.json (its segments: `run.segments`), the restore itself,
+and the Slurm requeue that lets a preempted job come back to it. Checkpoint files are
+`trainforge.engine.checkpoint`'s, the folder's layout `trainforge.runfolder`'s.
 
 Order matters for "nothing half-written": the resume point is chosen (and refused) before
 anything is written; the folder is readied for writing only once the task exists, so a
 user error while building data or model leaves no trace on disk. Rank 0 alone tidies and
-writes; the other ranks choose the same point after it.
+writes; the other ranks take its choice.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from trainforge.config import ResolvedConfig, RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.run.recipe import config_changes
+from trainforge.run.segments import launcher_job, restart_line
 from trainforge.runfolder import Hold, RunFolder, find_run, for_config, resume_command
 
 
@@ -230,15 +230,22 @@ def claim(hold: Hold, resume_from: str | None, overwrite: bool) -> Path | None:
     it. The lock stays with `hold` (`RunFolder.hold`) until the run ends."""
     folder = hold.folder
     main = parallel.context().is_main
+    if resume_from is None:
+        # torchrun restarts each node's processes on its own count (a node that joins starts
+        # at 0): the run continues when any rank's launcher restarted it.
+        said = [line for line in parallel.gather_objects(restart_line(folder)) if line]
+        if said:
+            print(said[0])
+            resume_from = "auto"
     start_from = None
     if main and folder.path.is_dir():
         hold.take()
     if main:
         start_from = resume_point(folder, resume_from, overwrite)
-    parallel.barrier()  # rank 0 tidied crash leftovers; now every rank sees the same folder
-    if not main:
-        start_from = resume_point(folder, resume_from, True)
-    return start_from
+    # Rank 0 tidied crash leftovers and chose; every rank takes its choice (a rank choosing
+    # on its own could see the folder while rank 0 is already writing into it).
+    chosen = parallel.gather_objects(str(start_from) if start_from else None)[0]
+    return Path(chosen) if chosen else None
 
 
 def prepare_folder(
@@ -323,6 +330,7 @@ def record_run(
         "threads": torch.get_num_threads(),
         "effective_batch": resolved.config.training.global_batch_size,
         "command": sys.argv[1:],
+        "launcher_job": launcher_job(),  # a restart of the same job continues the run
         "segments": earlier.get("segments", []),
     }
     if trainer is not None:
@@ -349,36 +357,6 @@ def restore(trainer: Any, start_from: Path, config: RunConfig) -> tuple[str, lis
         f"{guarantee}{why}"
     )
     return guarantee, reasons
-
-
-def record_segment(
-    folder: RunFolder,
-    trainer: Any,
-    start_from: Path | None,
-    guarantee: str = "start",
-    reasons: list[str] | None = None,
-) -> None:
-    """Append where this part of the run computes to run.json's `segments`: the history of
-    the machines, process counts and splits a run has moved over."""
-    import socket
-
-    from trainforge.engine.resumable import run_setup
-
-    if not parallel.context().is_main:
-        return
-    record = folder.read_run()
-    segment = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "host": socket.gethostname(),
-        "folder": str(folder.path.resolve()),
-        **run_setup(trainer),
-        "from_checkpoint": start_from.name if start_from else None,
-        "from_step": trainer.state.global_step,
-        "resume": guarantee,
-        "reasons": reasons or [],
-    }
-    record["segments"] = [*record.get("segments", []), segment]
-    folder.write_run(record)
 
 
 def requeue_slurm_job() -> None:
