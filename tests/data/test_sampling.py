@@ -12,12 +12,17 @@ from trainforge.data.augment import BatchAugment
 from trainforge.data.sampling import StepBatchSampler, StepLayout, epoch_permutation, sample_keys
 
 SPLITS = [(64, 1, 1), (16, 4, 1), (32, 1, 2), (8, 4, 2), (1, 4, 4), (3, 2, 3), (5, 3, 2)]
+# (micro, accumulation, world, step batch): steps whose slots differ by one sample, or hold
+# fewer samples than slots (stand-ins in every step)
+UNEVEN = [(22, 1, 3, 64), (13, 1, 5, 64), (10, 1, 7, 64), (9, 2, 2, 33), (1, 3, 4, 10)]
 
 
-def steps_of(num_items: int, micro: int, accumulation: int, world: int, epoch: int):
-    """{step: (samples, padding count)} over every rank's micro-batches of one epoch."""
+def steps_of(num_items, micro, accumulation, world, epoch, step_batch=None):
+    """(order, {step: samples}, padding count) over every rank's micro-batches of one epoch."""
     order = epoch_permutation(num_items, 11, epoch)
-    layouts = [StepLayout(num_items, micro, accumulation, r, world) for r in range(world)]
+    layouts = [
+        StepLayout(num_items, micro, accumulation, r, world, step_batch) for r in range(world)
+    ]
     counts = {layout.batches_per_epoch for layout in layouts}
     assert len(counts) == 1, "every rank runs the same number of micro-batches"
     steps: dict[int, list[int]] = {}
@@ -45,6 +50,36 @@ def test_every_split_gives_each_step_the_same_samples(num_items, micro, accumula
         assert sorted(steps) == list(range(-(-num_items // batch)))
         for step, samples in steps.items():
             assert sorted(samples) == sorted(order[step * batch : (step + 1) * batch])
+
+
+@pytest.mark.parametrize("num_items", [64, 100, 129, 7, 1, 1437])
+@pytest.mark.parametrize(("micro", "accumulation", "world", "batch"), UNEVEN)
+def test_an_uneven_split_keeps_each_steps_samples(num_items, micro, accumulation, world, batch):
+    for epoch in (0, 3):
+        order, steps, _ = steps_of(num_items, micro, accumulation, world, epoch, batch)
+        assert sorted(steps) == list(range(-(-num_items // batch)))
+        for step, samples in steps.items():
+            assert sorted(samples) == sorted(order[step * batch : (step + 1) * batch])
+
+
+def test_a_step_of_64_on_3_processes_is_cut_22_21_21():
+    order = epoch_permutation(200, 11, 0)
+    layouts = [StepLayout(200, 22, 1, rank, 3, 64) for rank in range(3)]
+    assert [len(layout.batch(order, 0)) for layout in layouts] == [22, 21, 21]
+    assert [len(layout.batch(order, 2)) for layout in layouts] == [22, 21, 21]
+    # the last step holds 200 - 3 x 64 = 8 samples: 3, 3 and 2, no stand-in
+    assert [len(layout.batch(order, 3)) for layout in layouts] == [3, 3, 2]
+    assert all(layout.batches_per_epoch == 4 and not layout.padding for layout in layouts)
+
+
+def test_a_step_with_fewer_samples_than_slots_gets_stand_ins_in_every_step():
+    """10 samples in 4 processes x 3 micro-batches of 1: slots 10 and 11 of every step are
+    zero-weight stand-ins (ranks 2 and 3, third micro-batch)."""
+    _, steps, padding = steps_of(40, 1, 3, 4, 0, 10)
+    assert padding == 4 * 2 and all(len(s) == 10 for s in steps.values())
+    layouts = [StepLayout(40, 1, 3, rank, 4, 10) for rank in range(4)]
+    padded = [sorted(layout.padding) for layout in layouts]
+    assert padded == [[], [], [2, 5, 8, 11], [2, 5, 8, 11]]
 
 
 def test_padding_only_fills_slots_a_short_last_step_leaves_empty():

@@ -238,19 +238,20 @@ def test_cuda_probe_turns_out_of_memory_into_a_miss_and_reports_the_peak(monkeyp
     ("fitted", "target", "world", "micro", "accumulation"),
     [
         (17, 64, 1, 16, 4),
-        (50, 128, 1, 32, 4),
+        (50, 128, 1, 43, 3),  # the fewest accumulation steps: 43, 43 and 42
         (10, 24, 1, 8, 3),  # the notes' batch of 24
         (1000, 64, 1, 64, 1),
         (1, 24, 1, 1, 24),
         (7, 24, 2, 6, 2),
-        (50, 127, 1, 43, 3),  # a prime: no exact split, 129 instead
+        (50, 127, 1, 43, 3),  # a prime: 43, 42 and 42
+        (22, 64, 3, 22, 1),  # 3 processes: 22, 21 and 21
     ],
 )
 def test_accumulation_keeps_the_global_batch(fitted, target, world, micro, accumulation):
     plan = plan_accumulation(fitted, target, world)
     assert (plan.micro_batch, plan.accumulation) == (micro, accumulation)
     assert plan.micro_batch <= fitted
-    assert plan.exact == (plan.global_batch == target)
+    assert plan.global_batch == target
 
 
 def test_every_plan_stays_under_the_fit_and_reaches_the_target():
@@ -259,9 +260,11 @@ def test_every_plan_stays_under_the_fit_and_reaches_the_target():
             for world in (1, 2, 3):
                 plan = plan_accumulation(fitted, target, world)
                 assert 1 <= plan.micro_batch <= fitted
-                assert target <= plan.global_batch < target + plan.accumulation * world
-                if target & (target - 1) == 0 and target % world == 0:
-                    assert plan.exact  # powers of two always split exactly
+                assert plan.global_batch == target
+                slots = plan.accumulation * world
+                assert plan.micro_batch - target // slots <= 1  # within one sample
+                assert plan.micro_batch * slots >= target  # the slots hold the step
+                assert plan.accumulation == -(-target // (world * fitted))  # the fewest
 
 
 # -------------------------------------------------- config and learning rate
@@ -307,28 +310,28 @@ def test_a_fit_that_keeps_the_global_batch_keeps_the_learning_rate(tmp_path, mon
     assert not any(n.startswith("learning rate") for n in resolved.notes)
 
 
-def test_a_global_batch_that_cannot_be_kept_is_said_and_the_rate_scaled(tmp_path, monkeypatch):
+def test_a_prime_global_batch_is_kept_with_uneven_micro_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(batch_probe, "fit", fake_fit(50))
     text = (
         "training: {per_device_train_batch_size: auto}\n"
         "optimizer: {learning_rate: 1.27e-3, reference_batch_size: 127}\n"
     )
     resolved, line = resolve_auto_batch(resolve(tmp_path, text), None, None)
-    assert "= global 129 (asked for 127, no exact split fits; budget " in line
-    assert resolved.config.optimizer.learning_rate == pytest.approx(1.27e-3 * 129 / 127)
-    lr_line = resolved.notes[-1]
-    assert "for effective batch 127 -> " in lr_line and "effective batch 129" in lr_line
+    assert "batch fit: micro-batch 42-43 x accumulation 3 = global 127 (budget " in line
+    assert resolved.config.training.global_batch_size == 127
+    assert resolved.config.optimizer.learning_rate == 1.27e-3
+    assert not any(n.startswith("learning rate") for n in resolved.notes)
 
 
 def test_a_batch_nobody_tuned_the_rate_for_never_scales_it(tmp_path, monkeypatch):
-    """No reference batch stated: neither the plan (127 asked, not the schema's 128) nor an
-    inexact fit (129) scales the rate."""
+    """No reference batch stated: the plan (127 asked, not the schema's 128) does not scale
+    the rate, and the fit keeps 127."""
     monkeypatch.setattr(batch_probe, "fit", fake_fit(50))
     text = "training: {per_device_train_batch_size: auto}\noptimizer: {learning_rate: 1.0e-3}\n"
     resolved = resolve(tmp_path, text, "training.global_batch_size=127")
     assert resolved.config.optimizer.learning_rate == 1e-3
     resolved, line = resolve_auto_batch(resolved, None, None)
-    assert "= global 129 (asked for 127, no exact split fits; budget " in line
+    assert "= global 127 (budget " in line
     assert resolved.config.optimizer.learning_rate == 1e-3
     assert not any(n.startswith("learning rate") for n in resolved.notes)
 

@@ -27,7 +27,6 @@ ALLOWED = [
     r"cpu threads: \d+ \(.+\)",
     r"learning rate: .+ \(linear scaling; .+\)",
     r"schedule: warmup of .+ does not fit the \d+-step run; shortened to \d+ \(a tenth .+\)",
-    r"batch: the effective batch \d+ has no exact split .+",
     r"epoch \d+/\d+  step \d+/\d+  .*lr \d\.\d\de[+-]\d\d.*",
     r"creating base model .+: random \w+ \w+, tokenizer trained on .+",
     r"(train|val|test): \d+ records -> \d+ examples, .+",

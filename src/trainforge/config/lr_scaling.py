@@ -2,8 +2,9 @@
 
 The training-optimisation notes' rule: batch 24 at 3e-4 becomes batch 20 at
 3e-4 x 20/24 = 2.5e-4 (linear); `sqrt` scales by the square root; `none` leaves the rate
-alone. Only the command line (or an inexact split, said in one line) can change the
-effective batch: a profile or the process count never does (see `trainforge.config.plan`).
+alone. Only the command line can change the effective batch: a profile, the process count
+or the micro-batch never does (any count splits the recipe's batch, see
+`trainforge.config.plan`).
 The reference is a batch the user's config states; where it states none, nothing is scaled
 (a schema default is no batch anyone tuned a rate for).
 """

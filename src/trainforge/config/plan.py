@@ -3,13 +3,17 @@
 The run config is the recipe: its effective batch (samples per optimizer step, across
 accumulation and processes) and its learning-rate schedule are the same on every machine.
 The hardware profile only decides how to run it: `hardware.micro_batch_size` caps the
-micro-batch, and the plan splits each process's share of the effective batch into
-micro-batches no larger than that, accumulating the rest. A micro-batch the user's run
-config sets itself (file, environment or flag) is the user's "how": a cap too, which a
-profile may lower but never raise. Learning-rate scaling applies only when the command line
-changes the effective batch away from a reference batch the user's config states (its own
-batch, or `optimizer.reference_batch_size`), never against the schema's default. The rule
-that decided the micro-batch and the rate is kept in `rules`, which `config show` prints.
+micro-batch, and the plan splits the effective batch over the processes into micro-batches
+no larger than that, accumulating the rest. The micro-batches of a step differ by at most
+one sample (64 on 3 processes: 22, 21 and 21; `trainforge.data.sampling`), so any process
+count trains the recipe's batch and the learning rate never follows the process count; a
+count that would leave a process without a sample in every step is refused. A micro-batch
+the user's run config sets itself (file, environment or flag) is the user's "how": a cap
+too, which a profile may lower but never raise. Learning-rate scaling applies only when the
+command line changes the effective batch away from a reference batch the user's config
+states (its own batch, or `optimizer.reference_batch_size`), never against the schema's
+default. The rule that decided the micro-batch and the rate is kept in `rules`, which
+`config show` prints.
 Precision and device `auto` are resolved for the target here too, so `config show`, the
 run header and `config.resolved.yaml` all show what the run will do, each with its source.
 
@@ -24,7 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trainforge.config.lr_scaling import plan_rate, rescale
+from trainforge.config.lr_scaling import plan_rate
 from trainforge.config.schema import RunConfig, TrainingConfig
 
 if TYPE_CHECKING:
@@ -49,18 +53,26 @@ class Target:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    micro_batch: int
+    micro_batch: int  # the largest micro-batch of a step; the others are at most 1 smaller
     accumulation: int
     world_size: int
-    target: int  # the effective batch asked for
+    target: int  # the effective batch asked for, and trained
 
     @property
     def global_batch(self) -> int:
-        return self.micro_batch * self.accumulation * self.world_size
+        return self.target
 
     @property
-    def exact(self) -> bool:
-        return self.global_batch == self.target
+    def even(self) -> bool:
+        """Every micro-batch of a step holds `micro_batch` samples."""
+        return self.micro_batch * self.accumulation * self.world_size == self.target
+
+    def micro_text(self) -> str:
+        """`22` or, where the step's micro-batches differ by one sample, `21-22`."""
+        if self.even:
+            return str(self.micro_batch)
+        smallest = self.target // (self.accumulation * self.world_size)
+        return f"{smallest}-{self.micro_batch}"
 
 
 def platform_target(platform: Platform) -> Target:
@@ -82,26 +94,31 @@ def profile_target(profile: Profile) -> Target:
 
 
 def plan_accumulation(max_micro_batch: int, target: int, world_size: int = 1) -> BatchPlan:
-    """Micro-batch and accumulation for an effective batch of `target` over `world_size`.
-
-    The batch is kept exactly when some split does it with a micro-batch of at least half
-    the largest allowed (always so when `target` is a power of two). Otherwise the
-    micro-batch is rounded up to reach `target` in the fewest accumulation steps, so the
-    effective batch is at most accumulation x world_size - 1 above `target`, and the run
-    says so in one line.
-    """
+    """Micro-batch and accumulation for an effective batch of `target` over `world_size`:
+    the fewest accumulation steps whose micro-batches, within one sample of each other, stay
+    at or under `max_micro_batch`. The effective batch is always `target` itself."""
     assert max_micro_batch >= 1 and target >= 1 and world_size >= 1
-    fewest = math.ceil(target / (world_size * max_micro_batch))
-    accumulation = fewest
-    while True:
-        micro, rest = divmod(target, world_size * accumulation)
-        if micro < max(1, math.ceil(max_micro_batch / 2)):
-            break
-        if rest == 0:
-            return BatchPlan(micro, accumulation, world_size, target)
-        accumulation += 1
-    micro = math.ceil(target / (world_size * fewest))
-    return BatchPlan(micro, fewest, world_size, target)
+    accumulation = math.ceil(target / (world_size * max_micro_batch))
+    micro = math.ceil(target / (world_size * accumulation))
+    return BatchPlan(micro, accumulation, world_size, target)
+
+
+def check_split(batch: int, world_size: int) -> None:
+    """Refuse, in one line, a process count that leaves a process without a sample in every
+    step (more processes than the effective batch): it would compute stand-ins only."""
+    if world_size <= batch:
+        return
+    from trainforge.config.errors import ConfigError
+    from trainforge.errors import UserError
+
+    refusal = UserError(
+        f"the effective batch {batch} cannot be split over {world_size} processes: "
+        f"{world_size - batch} of them would train on no sample in any step",
+        f"run on {batch} process{'es' if batch > 1 else ''} or fewer (torchrun "
+        f"--nproc-per-node {batch}), or raise training.global_batch_size to at least "
+        f"{world_size}",
+    )
+    raise ConfigError([refusal.line()])
 
 
 def _recipe_batch(training: dict[str, Any]) -> int | None:
@@ -208,18 +225,10 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     batch, learning rate, warmup, precision, device), sources naming the plan, and the
     lines the run prints about it in `notes`."""
     config, sources, notes = resolved.config, dict(resolved.sources), list(resolved.notes)
-    training, plan_note, batch_rule = _plan_batch(resolved, world_size)
-    if plan_note:
-        notes.append(plan_note)
+    training, batch_rule = _plan_batch(resolved, world_size)
     _mark(sources, training, config.training, "plan")
     optimizer = config.optimizer
-    used = (
-        training["global_batch_size"]
-        if training.get("per_device_train_batch_size") == "auto"
-        else training["per_device_train_batch_size"]
-        * training["gradient_accumulation_steps"]
-        * world_size
-    )
+    used = training["global_batch_size"]  # the recipe's, on any process count
     reference, where = reference_batch(resolved)
     optimizer, line, rate_rule = plan_rate(optimizer, sources, reference, where, used)
     if line:
@@ -241,8 +250,8 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
 
 def apply_batch_plan(resolved: ResolvedConfig, plan: BatchPlan) -> ResolvedConfig:
     """The run with the batch numbers `plan` fitted (`per_device_train_batch_size: auto`):
-    micro-batch, accumulation and global batch set and sourced as `batch fit (...)`, the
-    learning rate rescaled where no split reaches the effective batch exactly."""
+    micro-batch, accumulation and global batch set and sourced as `batch fit (...)`. The
+    effective batch is the plan's target, so the learning rate stays as planned."""
     config = resolved.config
     training = config.training.model_copy(
         update={
@@ -258,15 +267,8 @@ def apply_batch_plan(resolved: ResolvedConfig, plan: BatchPlan) -> ResolvedConfi
         "training.global_batch_size",
     ):
         sources[key] = f"batch fit ({sources.get(key, 'default')})"
-    optimizer, line = config.optimizer, ""
-    if reference_batch(resolved)[0] is not None:  # never scaled against a schema default
-        optimizer, line = rescale(config.optimizer, sources, plan.target, plan.global_batch)
-    notes = [*resolved.notes, line] if line else list(resolved.notes)
     return replace(
-        resolved,
-        config=config.model_copy(update={"training": training, "optimizer": optimizer}),
-        sources=sources,
-        notes=tuple(notes),
+        resolved, config=config.model_copy(update={"training": training}), sources=sources
     )
 
 
@@ -277,28 +279,21 @@ def _mark(sources: dict[str, str], new: dict[str, Any], old: Any, label: str) ->
             sources[path] = f"{label} ({sources.get(path, 'default')})"
 
 
-def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, Any], str, str]:
+def _plan_batch(resolved: ResolvedConfig, world_size: int) -> tuple[dict[str, Any], str]:
     batch = effective_batch(resolved)
+    if batch >= 1:  # < 1: a bad value, reported by validation
+        check_split(batch, world_size)
     cap, rule = micro_batch_cap(resolved)
     if not isinstance(cap, int):
         # The micro-batch is probed with real steps at start; the effective batch is kept.
-        return {"per_device_train_batch_size": "auto", "global_batch_size": batch}, "", rule
+        return {"per_device_train_batch_size": "auto", "global_batch_size": batch}, rule
     plan = plan_accumulation(min(cap, batch), batch, world_size)
     out = {
         "per_device_train_batch_size": plan.micro_batch,
         "gradient_accumulation_steps": plan.accumulation,
         "global_batch_size": plan.global_batch,
     }
-    note = ""
-    if not plan.exact:
-        world = f" x {world_size} processes" if world_size > 1 else ""
-        note = (
-            f"batch: the effective batch {batch} has no exact split into micro-batches of at "
-            f"most {cap}{world}; training with {plan.micro_batch} x "
-            f"{plan.accumulation}{world} = {plan.global_batch} (set "
-            "training.global_batch_size to a multiple of the process count to keep it)"
-        )
-    return out, note, rule
+    return out, rule
 
 
 def fitted_warmup(

@@ -45,6 +45,7 @@ def build_image_data(
     seed: int,
     device: Any = None,
     accumulation: int = 1,
+    step_batch: int | None = None,
 ) -> ImageData:
     """Load the dataset named by `cfg.dataset` and wrap it in resumable loaders.
 
@@ -64,7 +65,7 @@ def build_image_data(
     # Train samples carry their own random bits: augmentation keyed by (seed, epoch, sample).
     train_loader = make_loader(
         splits.train, batch_size=batch_size, train=True, accumulation=accumulation, keyed=True,
-        **common,
+        step_batch=step_batch, **common,
     )  # fmt: skip
     val_loader = make_loader(splits.val, batch_size=eval_batch_size, train=False, **common)
     return ImageData(

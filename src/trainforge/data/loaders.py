@@ -39,12 +39,16 @@ def make_loader(
     on_device: bool = False,
     accumulation: int = 1,
     keyed: bool = False,
+    step_batch: int | None = None,
 ) -> StatefulDataLoader:
     """Build one loader: train reshuffles each epoch from `seed`, val keeps the dataset order.
 
     Train batches come from `StepBatchSampler` (step k of an epoch holds the same samples
     for any process count, micro-batch `batch_size` and `accumulation`; its position is in
-    the loader's `state_dict()`). `keyed`: each train sample brings its random bits last.
+    the loader's `state_dict()`). `step_batch`: the samples of one optimizer step (the
+    recipe's effective batch), cut into micro-batches of at most `batch_size` that differ by
+    at most one sample (None: `batch_size` x `accumulation` x processes). `keyed`: each
+    train sample brings its random bits last.
     """
     if batch_size < 1:
         raise UserError(f"batch size is {batch_size}, it must be at least 1")
@@ -69,8 +73,9 @@ def make_loader(
     if train:
         # torch takes a batch sampler only without batch_size and drop_last.
         options["batch_sampler"] = StepBatchSampler(
-            len(dataset), seed, batch_size, accumulation, dist.rank, dist.world_size, keyed
-        )
+            len(dataset), seed, batch_size, accumulation, dist.rank, dist.world_size, keyed,
+            step_batch,
+        )  # fmt: skip
         del options["batch_size"], options["drop_last"]
         if keyed:
             dataset = _keyed(dataset, seed, batched_fetch, num_workers)

@@ -9,10 +9,11 @@ step of any layout, which is how a run moves to another process count or micro-b
 
 The invariant: optimizer step k of epoch e holds the samples at positions [k*B, (k+1)*B) of
 epoch e's order, B being the recipe's effective batch, whatever the number of processes, the
-micro-batch or the accumulation. Each step is cut into `world_size x accumulation` slots;
-rank r's m-th micro-batch is slot m*W + r. The epoch's last step may be short: it is cut
-into as few micro-batches per rank as hold it (the same number on every rank, as DDP and
-FSDP need), sized within one sample of each other. A slot left empty (a tail of fewer
+micro-batch or the accumulation. Each step is cut into `world_size x accumulation` slots
+sized within one sample of each other (64 on 3 processes: 22, 21, 21), so any process count
+keeps the recipe's batch; rank r's m-th micro-batch is slot m*W + r. The epoch's last step
+may be short: it is cut into as few micro-batches per rank as hold it (the same number on
+every rank, as DDP and FSDP need), sized the same way. A slot left empty (a step of fewer
 samples than slots) is filled with a stand-in sample whose loss weight is zero
 (`StepLayout.is_padding`). No sample is repeated and none is dropped.
 
@@ -64,26 +65,39 @@ class EpochShuffleSampler(Sampler[int]):
 class StepLayout:
     """Where each sample of an epoch goes: optimizer step, process, micro-batch (module doc).
 
-    A pure function of (num_items, micro_batch, accumulation, world_size, rank): the same on
-    every epoch, since only the order changes between epochs.
+    A pure function of (num_items, micro_batch, accumulation, world_size, rank, step_batch):
+    the same on every epoch, since only the order changes between epochs. `micro_batch` is
+    the largest micro-batch; `step_batch` the samples of a full step (None: every slot full,
+    micro_batch x accumulation x world_size).
     """
 
     def __init__(
         self, num_items: int, micro_batch: int, accumulation: int = 1, rank: int = 0,
-        world_size: int = 1,
+        world_size: int = 1, step_batch: int | None = None,
     ) -> None:  # fmt: skip
-        self.num_items, self.micro = int(num_items), int(micro_batch)
+        self.num_items = int(num_items)
         self.accumulation, self.rank, self.world = int(accumulation), int(rank), int(world_size)
-        self.step_size = self.micro * self.accumulation * self.world
+        slots = self.accumulation * self.world
+        self.step_size = int(step_batch) if step_batch else int(micro_batch) * slots
+        # A run's config read back on fewer processes than it was planned for (evaluate,
+        # export, a throwaway probe task) never trains from this loader; its micro-batches
+        # grow to hold the recipe's step rather than change it.
+        self.micro = max(int(micro_batch), -(-self.step_size // slots))
         self.full_steps, self.tail = divmod(self.num_items, self.step_size)
         # Micro-batches per rank in the short last step: as few as hold it.
         self.tail_micro = -(-self.tail // (self.world * self.micro)) if self.tail else 0
-        # This rank's zero-weight stand-ins of an epoch, by batch index (at most a few, all
-        # in the short last step): the loop asks for every batch, so a set, not a call.
+        # This rank's zero-weight stand-ins of an epoch, by batch index (the loop asks for
+        # every batch, so a set, not a call): empty slots of every full step (only where a
+        # step has fewer samples than slots) and of the short last step.
+        full = [self._slot(m, self.step_size, slots)[1] for m in range(self.accumulation)]
+        empty = [m for m, size in enumerate(full) if size == 0]
         tail_start = self.full_steps * self.accumulation
+        tail_slots = self.world * self.tail_micro
         self.padding = frozenset(
-            tail_start + m for m in range(self.tail_micro) if self._tail_slot(m)[1] == 0
-        )
+            [s * self.accumulation + m for s in range(self.full_steps) for m in empty]
+            + [tail_start + m for m in range(self.tail_micro)
+               if self._slot(m, self.tail, tail_slots)[1] == 0]
+        )  # fmt: skip
 
     @property
     def steps_per_epoch(self) -> int:
@@ -102,24 +116,25 @@ class StepLayout:
         """This rank's `index`-th micro-batch of the epoch whose order is `order`."""
         step, micro = divmod(index, self.accumulation)
         if step < self.full_steps:
-            start = step * self.step_size + (micro * self.world + self.rank) * self.micro
-            return order[start : start + self.micro]
-        start, size = self._tail_slot(index - self.full_steps * self.accumulation)
-        base = self.full_steps * self.step_size
+            base = step * self.step_size
+            start, size = self._slot(micro, self.step_size, self.accumulation * self.world)
+        else:
+            base = self.full_steps * self.step_size
+            micro = index - self.full_steps * self.accumulation
+            start, size = self._slot(micro, self.tail, self.world * self.tail_micro)
         if size == 0:
             return order[base : base + 1]  # stand-in with zero loss weight (is_padding)
         return order[base + start : base + start + size]
 
     def is_padding(self, index: int) -> bool:
         """Whether this rank's `index`-th micro-batch is a zero-weight stand-in."""
-        tail_index = index - self.full_steps * self.accumulation
-        return tail_index >= 0 and self._tail_slot(tail_index)[1] == 0
+        return index in self.padding
 
-    def _tail_slot(self, micro: int) -> tuple[int, int]:
-        """(offset in the tail, size) of this rank's `micro`-th tail micro-batch."""
-        slots = self.world * self.tail_micro
+    def _slot(self, micro: int, samples: int, slots: int) -> tuple[int, int]:
+        """(offset in its step, size) of this rank's `micro`-th micro-batch of a step of
+        `samples` cut into `slots` slots within one sample of each other."""
         slot = micro * self.world + self.rank
-        base, extra = divmod(self.tail, slots)
+        base, extra = divmod(samples, slots)
         return slot * base + min(slot, extra), base + (1 if slot < extra else 0)
 
 
@@ -128,15 +143,16 @@ class StepBatchSampler(Sampler[list[int]]):
 
     Each `iter()` starts the next epoch; `start_at` makes the next one start mid-epoch at an
     optimizer step boundary. The iterator's state is (epoch, batches yielded). `keyed`:
-    yield `epoch * num_items + index` for a `KeyedDataset`.
+    yield `epoch * num_items + index` for a `KeyedDataset`. `step_batch`: the samples of a
+    full optimizer step, the recipe's effective batch (None: micro x accumulation x world).
     """
 
     def __init__(
         self, num_items: int, seed: int, micro_batch: int, accumulation: int = 1,
-        rank: int = 0, world_size: int = 1, keyed: bool = False,
+        rank: int = 0, world_size: int = 1, keyed: bool = False, step_batch: int | None = None,
     ) -> None:  # fmt: skip
         self.seed, self.keyed = int(seed), keyed
-        self.layout = StepLayout(num_items, micro_batch, accumulation, rank, world_size)
+        self.layout = StepLayout(num_items, micro_batch, accumulation, rank, world_size, step_batch)
         self.next_epoch = 0
         self.next_batch = 0  # where the next iter() starts in its epoch
 

@@ -188,7 +188,7 @@ def search_micro_batch(
 def fit_line(plan: BatchPlan, search: FitSearch | None, how: str) -> str:
     """The one line printed at start."""
     world = f" x {plan.world_size} processes" if plan.world_size > 1 else ""
-    details = [] if plan.exact else [f"asked for {plan.target}, no exact split fits"]
+    details = []
     if search is None:
         details.append(how)
     else:
@@ -199,7 +199,7 @@ def fit_line(plan: BatchPlan, search: FitSearch | None, how: str) -> str:
             f"margin {search.margin:.0%}{capped}"
         )
     return (
-        f"batch fit: micro-batch {plan.micro_batch} x accumulation {plan.accumulation}{world} "
+        f"batch fit: micro-batch {plan.micro_text()} x accumulation {plan.accumulation}{world} "
         f"= global {plan.global_batch} ({'; '.join(details)})"
     )
 
@@ -224,8 +224,11 @@ def no_fit_error(search: FitSearch, how: str) -> Any:
 
 # ------------------------------------------------------------------ the run's numbers
 def kept_batch(micro: int, accumulation: int, target: int) -> tuple[BatchPlan, str]:
-    """The numbers a resumed run keeps from its checkpoint (not probed again), with its line."""
+    """The numbers a resumed run keeps from its checkpoint (not probed again), with its line:
+    the effective batch `target` and, as the cap, the micro-batch that fitted; on another
+    process count the accumulation is planned again under that cap."""
     from trainforge import parallel
 
-    plan = BatchPlan(micro, accumulation, parallel.context().world_size, target)
+    del accumulation  # planned again: the same where the process count is the same
+    plan = plan_accumulation(micro, target, parallel.context().world_size)
     return plan, fit_line(plan, None, "kept from the checkpoint, not probed again")

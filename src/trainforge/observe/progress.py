@@ -91,8 +91,9 @@ class ProgressDisplay(Callback):
         if self.interval_s is None:
             self.interval_s = getattr(config.logging, "progress_interval_s", 30.0)
         batch = config.training.per_device_train_batch_size
-        if isinstance(batch, int):
-            self._batch = batch * trainer.accumulation * trainer.dist.world_size
+        if isinstance(batch, int):  # the step's samples: the plan's effective batch
+            total = config.training.global_batch_size
+            self._batch = total or batch * trainer.accumulation * trainer.dist.world_size
         if not self.live:
             return
         self.progress = Progress(

@@ -69,12 +69,14 @@ def launcher_line(resolved: ResolvedConfig, platform: Any, world: int) -> str | 
 
 
 def batch_text(t: Any, world: int) -> str:
-    """`batch: 32 x 1 accumulation x 2 processes = 64`: the planned split of the batch."""
+    """`batch: 32 x 1 accumulation x 2 processes = 64`: the planned split of the batch;
+    `21-22 x 1 accumulation x 3 processes = 64` where its micro-batches differ by one."""
     micro, accumulation = t.per_device_train_batch_size, t.gradient_accumulation_steps
+    total = t.global_batch_size or micro * accumulation * world
+    smallest = total // (accumulation * world)
+    sizes = f"{smallest}-{micro}" if smallest != micro else str(micro)
     processes = f" x {world} processes" if world > 1 else ""
-    return (
-        f"batch: {micro} x {accumulation} accumulation{processes} = {micro * accumulation * world}"
-    )
+    return f"batch: {sizes} x {accumulation} accumulation{processes} = {total}"
 
 
 def validation_line(config: RunConfig, trainer: Any) -> str:

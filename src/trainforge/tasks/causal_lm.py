@@ -81,6 +81,7 @@ class CausalLM:
             seed=t.seed,
             with_prompts=config.task.eval_generation,
             accumulation=t.gradient_accumulation_steps,
+            step_batch=t.global_batch_size,
             generation_samples=config.evaluation.generation_samples,
         )
         model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)

@@ -66,6 +66,7 @@ class ImageClassification:
             seed=config.training.seed,
             device=device,
             accumulation=config.training.gradient_accumulation_steps,
+            step_batch=config.training.global_batch_size,
         )
         model = build_vit(
             config.model,

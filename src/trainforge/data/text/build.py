@@ -134,6 +134,7 @@ def build_text_data(
     with_prompts: bool = False,
     accumulation: int = 1,
     generation_samples: int | None = None,
+    step_batch: int | None = None,
 ) -> TextData:
     """Read, split, tokenize and wrap the text files of the data section. With prompts,
     validation decodes `generation_samples` evenly spaced rows (None: all); the test split,
@@ -167,6 +168,7 @@ def build_text_data(
             batch_size=batch_size if name == "train" else eval_batch_size,
             train=name == "train",
             accumulation=accumulation if name == "train" else 1,
+            step_batch=step_batch if name == "train" else None,
             **common,
         )
         for name, data in datasets.items()
