@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/shellcheck || command -v shellcheck >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q shellcheck; } || \
 		echo "shellcheck missing: install it with your package manager (make lint needs it)"
+	# OpenSSH's server and rsync: the target tests put a real login node on a loopback port.
+	test -x /usr/sbin/sshd && command -v rsync >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			openssh-server rsync; } || \
+		echo "sshd or rsync missing: install openssh-server and rsync (the target tests need them)"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -382,6 +382,14 @@ def models(ctx: typer.Context) -> None:
     _exit_with(models_main(list(ctx.args)))
 
 
+@app.command("targets", context_settings=_FORWARD, add_help_option=False)
+def targets_cmd(ctx: typer.Context) -> None:
+    """Where runs execute: `targets list`, `targets add NAME --host H`, `targets check NAME`."""
+    from trainforge.targets.cli import main as targets_main
+
+    _exit_with(targets_main(list(ctx.args)))
+
+
 @app.command("export", context_settings=_FORWARD, add_help_option=False)
 def export_cmd(ctx: typer.Context) -> None:
     """Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."""
