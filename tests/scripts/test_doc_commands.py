@@ -247,7 +247,7 @@ def plan(command: Command) -> str | None:
         return None
     head, rest = words[0], words[1:]
     if head == "trainforge" and rest:
-        if rest[0] in QUICK_TRAINFORGE or rest[:2] == ["models", "list"]:
+        if rest[0] in QUICK_TRAINFORGE or rest[:2] in (["models", "list"], ["targets", "list"]):
             return "quick"
         if rest[0] in WRITING_TRAINFORGE or rest[:2] == ["models", "init"]:
             return "page"
