@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -24,11 +26,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from trainforge.errors import UserError
 from trainforge.runfolder import resume_command
 from trainforge.web.app_state import AppState
+from trainforge.web.cli_runs import signalable
 from trainforge.web.db import RunRecord
 from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
+from trainforge.web.limits import MAX_ITEM, MAX_ITEMS, MAX_NAME, MAX_PATH, cut
 from trainforge.web.model_list import list_models
+from trainforge.web.paths import shown
 from trainforge.web.run_files import log_tail, read_records
-from trainforge.web.settings import is_plain_name
+from trainforge.web.settings import is_plain_name, is_trial_id
 
 router = APIRouter(prefix="/api")
 _HEARTBEAT_S = 15.0
@@ -39,18 +44,30 @@ class TrainRequest(BaseModel):
     """The Train Model dialog's fields; empty ones keep the run config's value."""
 
     model_config = ConfigDict(extra="forbid")
-    config: str = Field(description="Run config file under config/, e.g. config/vit_digits.yaml.")
-    output_name: str = Field(description="Run folder name (and output model name for causal-lm).")
+    config: str = Field(
+        max_length=MAX_PATH,
+        description="Run config file under config/, e.g. config/vit_digits.yaml.",
+    )
+    output_name: str = Field(
+        max_length=MAX_NAME,
+        description="Run folder name (and output model name for causal-lm).",
+    )
     task: Literal["image-classification", "causal-lm"] | None = None
-    base_model: str | None = Field(None, description="causal-lm: a folder name under models/.")
+    base_model: str | None = Field(
+        None, max_length=MAX_NAME, description="causal-lm: a folder name under models/."
+    )
     dataset: str | None = Field(
-        None, description="digits/cifar10/image-folder, or causal-lm's records file."
+        None,
+        max_length=MAX_PATH,
+        description="digits/cifar10/image-folder, or causal-lm's records file.",
     )
     epochs: float | None = None
     learning_rate: float | None = None
     batch_size: int | Literal["auto"] | None = None
-    profile: str = "auto"
-    overrides: list[str] = Field(default_factory=list, description="KEY=VALUE config overrides.")
+    profile: str = Field("auto", max_length=MAX_NAME)
+    overrides: list[Annotated[str, Field(max_length=MAX_ITEM)]] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="KEY=VALUE config overrides."
+    )
     overwrite: bool = False
 
 
@@ -86,6 +103,12 @@ class RunOut(BaseModel):
     )
     model_ready: bool = Field(False, description="The output model folder has been written.")
     telemetry_note: str = Field("", description="What stands in for telemetry while none came.")
+    page: str = Field("", description="The run's page (a sweep's: the sweep page).")
+    api: str = Field("", description="The base of the run's API (status, events, log).")
+    stop_hint: str = Field("", description="A command-line run: how to stop it where it runs.")
+    can_stop: bool = Field(
+        False, description="A command-line run this server can signal (same user): Stop works."
+    )
 
 
 class ErrorsOut(BaseModel):
@@ -99,23 +122,49 @@ def _state(request: Request) -> AppState:
 
 def _record(state: AppState, run_id: str) -> RunRecord:
     if not is_plain_name(run_id):
-        raise HTTPException(400, f"run id {run_id!r} is not a plain name")
+        raise HTTPException(400, f"run id {shown(run_id)} is not a plain name")
     record = state.get_run(run_id)
     if record is None:
-        raise HTTPException(404, f"no run {run_id!r}")
+        raise HTTPException(404, f"no run {shown(run_id)}")
     return record
 
 
 def _app_run(state: AppState, record: RunRecord, action: str) -> None:
-    """409 for a command-line run the app has no process of: it is stopped where it runs."""
+    """409 for a command-line run the app has no process of: it is stopped where it runs.
+    A sweep's trial is stopped and resumed with its sweep."""
     if state.registry.get(record.id) is None:
+        if is_trial_id(record.id):
+            sweep = record.id.partition("/")[0]
+            raise HTTPException(
+                409, f"{record.id} is a trial of sweep {sweep}: {action} it on /sweeps/{sweep}"
+            )
         folder = state.settings.cli_run_folder(record.id)
+        where = f"press Ctrl+C where it runs or `kill -INT {record.pid}`" if record.pid else (
+            "press Ctrl+C where it runs")  # fmt: skip
         raise HTTPException(
             409,
             f"run {record.id} was started from the command line, so the app cannot {action} "
-            f"it; press Ctrl+C where it runs (it saves a checkpoint), then resume it here or "
+            f"it; {where} (it saves a checkpoint), then resume it here or "
             f"with `{resume_command(folder)}`",
         )
+
+
+def _stop_cli_run(state: AppState, record: RunRecord) -> RunOut:
+    """SIGINT to a command-line run's process, as Ctrl+C in its terminal: only to the process
+    that holds the run folder and runs as this server's user (`cli_runs.signalable`)."""
+    folder = state.settings.run_folder(record.id)
+    pid = record.pid
+    if record.status != "running" or pid is None or is_trial_id(record.id):
+        _app_run(state, record, "stop")
+    if not signalable(folder, pid):  # another user's, or another machine's
+        _app_run(state, record, "stop")
+    try:
+        os.kill(pid, signal.SIGINT)
+    except OSError:
+        _app_run(state, record, "stop")
+    view = dict(state.run_view(record))
+    view["message"] = f"SIGINT sent to process {pid}: it saves a checkpoint and stops"
+    return RunOut(**view)
 
 
 def errors_response(errors: dict[str, list[str]]) -> JSONResponse:
@@ -124,12 +173,17 @@ def errors_response(errors: dict[str, list[str]]) -> JSONResponse:
         for field, messages in errors.items()
         for message in messages
     ]
+    errors = {field: [cut(m) for m in messages] for field, messages in errors.items()}
+    for item in detail:
+        item["msg"] = cut(item["msg"])
     return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
 
 
 @router.get("/train/defaults")
 def train_defaults(
-    request: Request, config: str | None = None, profile: str = "auto"
+    request: Request,
+    config: Annotated[str | None, Query(max_length=MAX_PATH)] = None,
+    profile: Annotated[str, Query(max_length=MAX_NAME)] = "auto",
 ) -> dict[str, Any]:
     """What the Train Model dialog shows, read afresh from the config files."""
     state = _state(request)
@@ -243,9 +297,12 @@ class StatusFastPath:
 @router.post("/runs/{run_id}/stop", status_code=202, responses={400: {}, 404: {}, 409: {}})
 def stop_run(request: Request, run_id: str) -> RunOut:
     """SIGINT: the run finishes its step, saves checkpoint_interrupted and exits 130.
-    Asked again while it is stopping: SIGTERM. A queued run is cancelled."""
+    Asked again while it is stopping: SIGTERM. A queued run is cancelled. A command-line
+    run gets SIGINT where this server may signal its process (same user), else 409."""
     state = _state(request)
-    _app_run(state, _record(state, run_id), "stop")
+    record = _record(state, run_id)
+    if state.registry.get(record.id) is None:
+        return _stop_cli_run(state, record)
     try:
         record = state.runner.stop(run_id)
     except UserError as err:
@@ -290,9 +347,11 @@ def resume_run(request: Request, run_id: str) -> RunOut:
 def run_metrics(request: Request, run_id: str, offset: int = Query(0, ge=0)) -> dict[str, Any]:
     """The run's metrics records after byte `offset`, and the offset to ask from next."""
     state = _state(request)
-    record = _record(state, run_id)
-    path = state.settings.run_folder(record.id).metrics
-    records, end = read_records(path, offset)
+    return metrics_after(state, _record(state, run_id), offset)
+
+
+def metrics_after(state: AppState, record: RunRecord, offset: int) -> dict[str, Any]:
+    records, end = read_records(state.settings.run_folder(record.id).metrics, offset)
     return {"records": records, "offset": end}
 
 
@@ -313,7 +372,12 @@ async def run_events(
     """Server-sent events: `metrics` (new metrics records), `status` (the run),
     `end` once the run is no longer active and every record was sent."""
     state = _state(request)
-    record = _record(state, run_id)
+    return event_stream(request, state, _record(state, run_id), offset, last_event_id)
+
+
+def event_stream(
+    request: Request, state: AppState, record: RunRecord, offset: int, last_event_id: str | None
+) -> StreamingResponse:
     if last_event_id and last_event_id.isdigit():
         offset = int(last_event_id)
     stream = _run_stream(request, state, record.id, offset)

@@ -7,9 +7,11 @@ adds the dialog, the live charts and refreshes.
 The access guard runs before every request. With a token configured, a request must carry
 it (`Authorization: Bearer TOKEN`, or the cookie that /login sets, which holds a hash of the
 token, not the token); only the login page, its form and the icon are open. The token is
-never put in a URL, so access logs never see it. Unsafe methods from another site's page (an Origin
-header that is not this host) are refused, and a loopback bind without a token accepts
-only loopback Host headers, so a web page cannot reach the app through DNS rebinding.
+never put in a URL, so access logs never see it. Any request from another site's page (an
+Origin header that is not this host; browsers send none on a same-site GET) is refused, and a
+loopback bind without a token accepts only loopback Host headers, so a web page cannot reach
+the app through DNS rebinding. Outside the guard, `limits.BodyLimit` refuses a request body
+over 1 MiB before anything reads it.
 """
 
 from __future__ import annotations
@@ -27,16 +29,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge import __version__
 from trainforge.hardware import Platform
-from trainforge.web import api, compare, sweeps
+from trainforge.web import api, compare, sweeps, trials
 from trainforge.web.app_state import AppState
+from trainforge.web.limits import MAX_NAME, BodyLimit, cut
 from trainforge.web.model_list import human_bytes, list_models
-from trainforge.web.settings import WebSettings
+from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
 
 HERE = Path(__file__).parent
 COOKIE = "trainforge_token"
@@ -44,7 +47,6 @@ FAVICON = HERE / "static" / "favicon.svg"
 # The sign-in page and its form, and the icon a browser asks for on every page (the login
 # page's tab too): nothing else is served without the token.
 OPEN_PATHS = ("/login", "/api/login", "/favicon.ico", "/static/favicon.svg")
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def token_hash(token: str) -> str:
@@ -76,7 +78,7 @@ class AccessGuard:
         if self.allowed_hosts is not None and _hostname(host) not in self.allowed_hosts:
             return JSONResponse({"detail": "unknown Host header"}, status_code=400)
         origin = headers.get("origin")
-        if scope["method"] not in SAFE_METHODS and origin and urlsplit(origin).netloc != host:
+        if origin and urlsplit(origin).netloc != host:
             return JSONResponse({"detail": "cross-site request refused"}, status_code=403)
         if self.token is None or scope["path"] in OPEN_PATHS:
             return None
@@ -113,7 +115,7 @@ def _login_page() -> str:
 
 
 class LoginRequest(BaseModel):
-    token: str
+    token: str = Field(max_length=MAX_NAME * 10)
 
 
 def create_app(
@@ -139,9 +141,11 @@ def create_app(
     app.state.trainforge = state
     app.add_middleware(api.StatusFastPath, state=state)  # inside the guard: added first
     app.add_middleware(AccessGuard, settings=settings)
+    app.add_middleware(BodyLimit)  # outermost: before the guard reads anything
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.include_router(api.router)
     app.include_router(sweeps.router)
+    app.include_router(trials.router)
     app.include_router(compare.router)
     _add_error_handlers(app)
     _add_login(app, settings)
@@ -156,11 +160,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         errors: dict[str, list[str]] = {}
         for item in exc.errors():
             loc = [str(p) for p in item.get("loc", ()) if p != "body"]
-            errors.setdefault(loc[0] if loc else "_form", []).append(str(item.get("msg")))
+            errors.setdefault(loc[0] if loc else "_form", []).append(cut(str(item.get("msg"))))
         detail = [
             {
-                "loc": [str(p) for p in e.get("loc", ())],
-                "msg": str(e.get("msg")),
+                "loc": [cut(str(p), 100) for p in e.get("loc", ())],
+                "msg": cut(str(e.get("msg"))),
                 "type": str(e.get("type")),
             }
             for e in exc.errors()
@@ -206,16 +210,22 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
     @app.get("/runs", response_class=HTMLResponse, include_in_schema=False)
     def runs_page(request: Request, dialog: str | None = None) -> HTMLResponse:
         runs = [state.run_view(r) for r in state.list_runs()]
-        return page(request, "runs.html", "runs", runs=runs, open_dialog=dialog == "open")
+        unlisted = state.cli_runs.unlisted()
+        return page(
+            request, "runs.html", "runs", runs=runs, open_dialog=dialog == "open",
+            unlisted=unlisted, name_rule=NAME_RULE,
+        )  # fmt: skip
 
     @app.get("/train", include_in_schema=False)
     def train_page() -> RedirectResponse:
         return RedirectResponse("/runs?dialog=open", status_code=303)
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
-    def run_page(request: Request, run_id: str) -> HTMLResponse:
+    def run_page(request: Request, run_id: str) -> Response:
+        if is_plain_name(run_id) and sweeps.is_sweep(state, run_id):
+            return RedirectResponse(f"/sweeps/{run_id}", status_code=303)  # a sweep's page
         record = api._record(state, run_id)
-        return page(request, "run.html", "runs", run=state.run_view(record))
+        return page(request, "run.html", "runs", run=state.run_view(record), sweep=None)
 
     @app.get("/runs/{run_id}/report", include_in_schema=False)
     def run_report(run_id: str) -> FileResponse:

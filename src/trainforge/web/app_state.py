@@ -13,11 +13,11 @@ from typing import Any
 
 from trainforge.hardware import Platform
 from trainforge.runfolder import RunFolder
-from trainforge.web.cli_runs import CliRuns
+from trainforge.web.cli_runs import CliRuns, signalable, stop_hint
 from trainforge.web.db import RunRecord, RunRegistry
 from trainforge.web.run_files import MetricsCache, TelemetrySetting, checkpoints, telemetry_note
 from trainforge.web.runner import Runner
-from trainforge.web.settings import WebSettings
+from trainforge.web.settings import WebSettings, is_trial_id
 from trainforge.web.system import SystemView
 
 
@@ -116,8 +116,37 @@ class AppState:
             origin=record.form.get("origin", "app"),
             telemetry_note=telemetry_note(record.status, self.telemetry.get(folder)),
             model_ready=self._model_ready(record),
+            **self._links(record),
         )
+        if record.task == "sweep":
+            from trainforge.web.sweeps import sweep_outcome
+
+            view.update(zip(("status", "message"), sweep_outcome(self, record), strict=True))
+        if view["origin"] != "app":
+            view.update(stop_hint=stop_hint(record), can_stop=self._can_stop(record, folder))
+        if is_trial_id(record.id):  # stopped and resumed with its sweep, not on its own
+            view.update(stop_hint="", resumable=False)
         return view
+
+    def _links(self, record: RunRecord) -> dict[str, str]:
+        """The run's page and the base of its API, by kind: a sweep's page is the sweep's,
+        a trial's run is one level down."""
+        if record.task == "sweep":
+            return {"page": f"/sweeps/{record.id}", "api": f"/api/runs/{record.id}"}
+        if is_trial_id(record.id):
+            sweep, _, trial = record.id.partition("/")
+            return {"page": f"/runs/{record.id}", "api": f"/api/runs/{sweep}/trials/{trial}"}
+        return {"page": f"/runs/{record.id}", "api": f"/api/runs/{record.id}"}
+
+    def _can_stop(self, record: RunRecord, folder: RunFolder) -> bool:
+        """A command-line run this server can signal (never a sweep's trial: its sweep is
+        stopped instead)."""
+        return (
+            record.status == "running"
+            and record.pid is not None
+            and not is_trial_id(record.id)
+            and signalable(folder, record.pid)
+        )
 
     def _model_ready(self, record: RunRecord) -> bool:
         """A run writes its output model when it completes (never when it fails or stops, and

@@ -22,6 +22,8 @@ app's runs.
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -33,9 +35,10 @@ from trainforge.hardware.oom import previous_end
 from trainforge.runfolder import RunFolder
 from trainforge.web.db import RunRecord
 from trainforge.web.run_files import read_summary
-from trainforge.web.settings import WebSettings, is_plain_name
+from trainforge.web.settings import WebSettings, is_plain_name, is_run_id, is_trial_id
 
 ORIGIN = "command line"
+TRIAL_ORIGIN = "sweep trial"
 _MESSAGE = {
     "running": "started from the command line",
     "completed": "finished (started from the command line)",
@@ -59,24 +62,40 @@ class CliRuns:
         found = (self.get(name) for name in names if name not in known and is_plain_name(name))
         return [record for record in found if record is not None]
 
+    def unlisted(self) -> list[str]:
+        """Run folders (with a run.json) whose names the app cannot open: not plain names
+        (`settings.NAME_RULE`). The Runs page names them, escaped, with the fix."""
+        try:
+            found = [p for p in self.settings.runs_path.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        return sorted(
+            p.name for p in found if not is_plain_name(p.name) and RunFolder(p).run_json.is_file()
+        )
+
     def get(self, run_id: str) -> RunRecord | None:
-        """The command-line run in runs/`run_id`, or None when that folder holds no run.json."""
-        if not is_plain_name(run_id):
+        """The command-line run in runs/`run_id` (or a sweep's trial, `SWEEP/trial-NNN`), or
+        None when that folder holds no run.json."""
+        if not is_run_id(run_id):
             return None
         folder = self.settings.run_folder(run_id)
         facts = self._facts(folder)
         if facts is None:
             return None
         status, message, finished_at = _status(folder, facts["last_start"])
+        if is_trial_id(run_id):
+            sweep = run_id.partition("/")[0]
+            message = message.replace("started from the command line", f"a trial of {sweep}")
         return RunRecord(
             id=run_id,
             task=facts["task"],
             config=facts["config"],
             profile=facts["profile"],
             argv=facts["command"],
-            form={"origin": ORIGIN},
+            form={"origin": TRIAL_ORIGIN if is_trial_id(run_id) else ORIGIN},
             status=status,
             message=message,
+            pid=holder_pid(folder) if status == "running" else None,
             attempts=facts["attempts"],
             created_at=facts["created"] or facts["last_start"] or 0.0,
             started_at=facts["last_start"],
@@ -86,7 +105,7 @@ class CliRuns:
     def total_steps(self, run_id: str, since: float | None = None) -> int | None:
         """The optimizer steps run.json records for the run (None: not known yet, or the
         run.json was written before `since`, by an earlier run of that name)."""
-        facts = self._facts(self.settings.run_folder(run_id)) if is_plain_name(run_id) else None
+        facts = self._facts(self.settings.run_folder(run_id)) if is_run_id(run_id) else None
         if facts is None or (since is not None and facts["written"] < since - 1.0):
             return None
         steps = facts.get("total_steps")
@@ -142,6 +161,39 @@ def _task(folder: RunFolder) -> str:
         return str(config["task"]["kind"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return "?"
+
+
+def holder_pid(folder: RunFolder) -> int | None:
+    """The process id the folder's holder wrote (`RunFolder.mark_holder`), or None."""
+    holder = folder.holder()
+    found = re.fullmatch(r"process (\d+)\b.*", holder or "")
+    return int(found[1]) if found else None
+
+
+def signalable(folder: RunFolder, pid: int) -> bool:
+    """Whether this server may signal `pid` as the run's process: it runs as this server's
+    user and holds the run folder open (the lock), so a reused process id or a process on
+    another machine sharing the folder is never signalled. Linux: read from /proc."""
+    proc = Path("/proc") / str(pid)
+    try:
+        if proc.stat().st_uid != os.getuid():
+            return False
+        target = str(folder.path.resolve())
+        return any(os.readlink(fd) == target for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
+
+
+def stop_hint(record: RunRecord) -> str:
+    """How a user stops a command-line run (empty when it is not running)."""
+    if record.status != "running":
+        return ""
+    if record.pid is None:
+        return "Stop it where it runs: press Ctrl+C in its terminal (it saves a checkpoint)."
+    return (
+        f"It runs as process {record.pid}: press Ctrl+C in its terminal, or run "
+        f"`kill -INT {record.pid}` on this machine; it saves a checkpoint and stops."
+    )
 
 
 def _status(folder: RunFolder, last_start: float | None) -> tuple[str, str, float | None]:

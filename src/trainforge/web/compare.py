@@ -16,6 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from trainforge.runfolder import RunFolder
+from trainforge.web.settings import is_plain_name
 
 router = APIRouter(prefix="/api")
 
@@ -27,7 +28,9 @@ def candidates(runs_path: Path) -> list[str]:
     record = RunFolder(runs_path).run_json.name  # a run folder holds its run.json
     found = [p.parent for p in runs_path.glob(f"*/{record}")]
     found += [p.parent for p in runs_path.glob(f"*/*/{record}")]
-    return sorted(str(p.relative_to(runs_path)) for p in found if not p.name.startswith("."))
+    names = (str(p.relative_to(runs_path)) for p in found)
+    # The Runs list's rule: plain folder names only, so every page lists the same runs.
+    return sorted(n for n in names if all(is_plain_name(part) for part in n.split("/")))
 
 
 def _run(runs_path: Path, name: str) -> RunFolder:

@@ -26,9 +26,16 @@ from trainforge.hardware import Platform, pick_profile
 from trainforge.profiles import list_profiles
 from trainforge.registry import TASKS
 from trainforge.web.model_list import list_model_names
+from trainforge.web.paths import (
+    PathRefused,
+    config_file,
+    config_files,
+    inside,
+    override_problem,
+    shown,
+)
 from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
 
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 # Config path -> the dialog field that sets it (errors naming the path go beside the field).
 FIELD_PATHS = {
     "training.num_train_epochs": "epochs",
@@ -79,17 +86,6 @@ class FormErrors(Exception):
         super().__init__("; ".join(m for ms in errors.values() for m in ms))
 
 
-def config_files(settings: WebSettings) -> list[str]:
-    folder = settings.config_path
-    if not folder.is_dir():
-        return []
-    return sorted(
-        f"{settings.config_dir}/{p.name}"
-        for p in folder.iterdir()
-        if p.is_file() and p.suffix in CONFIG_SUFFIXES and not p.name.startswith(".")
-    )
-
-
 def default_config(settings: WebSettings, platform: Platform) -> str | None:
     files = config_files(settings)
     preferred = "jetson_training.json" if platform.kind == "jetson" else "vit_digits.yaml"
@@ -100,9 +96,10 @@ def default_config(settings: WebSettings, platform: Platform) -> str | None:
 
 
 def _config_path(settings: WebSettings, config: str) -> Path:
-    if config not in config_files(settings):
-        raise FormErrors({"config": [f"{config!r} is not a run config in {settings.config_dir}/"]})
-    return settings.root / config
+    try:
+        return config_file(settings, config)
+    except PathRefused as err:
+        raise FormErrors({"config": [str(err)]}) from None
 
 
 def _load(settings: WebSettings, platform: Platform, config: str, profile: str) -> ResolvedConfig:
@@ -133,6 +130,9 @@ def defaults(
     }
     if config is None:
         out["errors"] = {"config": [f"no run config files in {settings.config_dir}/"]}
+        return out
+    if profile not in out["choices"]["profiles"]:  # a name, never a profile file's path
+        out["errors"] = {"profile": [f"unknown profile {shown(profile)}; pick one of the list"]}
         return out
     try:
         resolved = _load(settings, platform, config, profile)
@@ -251,39 +251,49 @@ def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
     def add(name: str, message: str) -> None:
         errors.setdefault(name, []).append(message)
 
-    if form.config not in config_files(settings):
-        add("config", f"{form.config!r} is not a run config in {settings.config_dir}/")
+    try:
+        config_file(settings, form.config)
+    except PathRefused as err:
+        add("config", str(err))
     if not is_plain_name(form.output_name):
-        add("output_name", f"{form.output_name!r} is not a plain name; use {NAME_RULE}")
+        add("output_name", f"{shown(form.output_name)} is not a plain name; use {NAME_RULE}")
     if form.task is not None and form.task not in TASKS:
-        add("task", TASKS.unknown_message(form.task))
+        add("task", TASKS.unknown_message(form.task[:40]))  # never echoes a long value
     if form.profile not in ("auto", *list_profiles()):
-        add("profile", f"unknown profile {form.profile!r}; pick one of the list")
-    if form.base_model is not None and form.task == "causal-lm":
+        add("profile", f"unknown profile {shown(form.profile)}; pick one of the list")
+    if form.base_model is not None:  # refused by the same rule whatever the task
         if not is_plain_name(form.base_model):
-            add("base_model", f"{form.base_model!r} is not a plain name; use {NAME_RULE}")
+            add("base_model", f"{shown(form.base_model)} is not a plain name; use {NAME_RULE}")
         elif form.base_model not in list_model_names(settings.models_path):
             add("base_model", f"no model folder {settings.models_dir}/{form.base_model}")
     if form.dataset is not None and form.task == "causal-lm":
-        problem = _dataset_problem(settings.root, form.dataset)
+        problem = _dataset_problem(settings, form.dataset)
         if problem:
             add("dataset", problem)
     for item in form.overrides:
-        key, sep, _ = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            add("overrides", f"{item!r} is not KEY=VALUE, e.g. training.max_steps=100")
-        elif key.startswith(RESERVED_PREFIXES):
-            add("overrides", f"{key} is set by the dialog or the server, not here")
+        problem = _override_problem(settings, item)
+        if problem:
+            add("overrides", problem)
     return errors
 
 
-def _dataset_problem(root: Path, dataset: str) -> str | None:
-    path = PurePosixPath(dataset)
-    if not dataset.strip() or path.is_absolute() or ".." in path.parts or "\\" in dataset:
-        return f"{dataset!r}: give a path inside the project folder, e.g. example_datasets/x.json"
-    if not (root / dataset).is_file():
-        return f"{dataset!r}: no such file in the project folder"
+def _override_problem(settings: WebSettings, item: str) -> str | None:
+    key, sep, _ = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        return f"{shown(item)} is not KEY=VALUE, e.g. training.max_steps=100"
+    if key.startswith(RESERVED_PREFIXES):
+        return f"{shown(key)} is set by the dialog or the server, not here"
+    return override_problem(settings, item, "overrides")
+
+
+def _dataset_problem(settings: WebSettings, dataset: str) -> str | None:
+    try:
+        path = inside(settings, dataset, "dataset")
+    except PathRefused as err:
+        return f"{err}, e.g. example_datasets/x.json"
+    if not path.is_file():
+        return f"dataset {shown(dataset)}: no such file in the project folder"
     return None
 
 

@@ -28,9 +28,11 @@ def list_model_names(models_dir: Path) -> list[str]:
 
 
 def _is_model(folder: Path) -> bool:
+    # A symlink out of the models folder is not offered: the web app's path rule (web/paths.py).
     return (
         is_plain_name(folder.name)
         and folder.is_dir()
+        and folder.resolve().is_relative_to(folder.parent.resolve())
         and ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file())
     )
 

@@ -26,15 +26,36 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 NAME_RULE = "letters, digits, '.', '_' and '-' (no '/', '\\', '..', leading '.'), e.g. my-run"
 
 
+# A sweep's trial is a run one level down, `SWEEP/trial-NNN` (`sweep.study.SweepFolder`).
+TRIAL_RE = re.compile(r"trial-[0-9]{3,6}")
+
+
 def is_plain_name(name: str) -> bool:
     return bool(NAME_RE.fullmatch(name)) and ".." not in name
+
+
+def is_trial_id(run_id: str) -> bool:
+    """`SWEEP/trial-NNN`: a sweep's plain name and a trial folder's name."""
+    sweep, sep, trial = run_id.partition("/")
+    return bool(sep) and is_plain_name(sweep) and bool(TRIAL_RE.fullmatch(trial))
+
+
+def is_run_id(run_id: str) -> bool:
+    """A run the app may show: a plain name, or a sweep's trial."""
+    return is_plain_name(run_id) or is_trial_id(run_id)
 
 
 def check_name(name: str, what: str) -> str:
     """`name` if it is a plain folder name, else a UserError naming `what`."""
     if not isinstance(name, str) or not is_plain_name(name):
-        raise UserError(f"{what} {name!r} is not a plain name", f"use {NAME_RULE}")
+        text = str(name)
+        shown = repr(text) if len(text) <= 40 else repr(text[:36]) + "..."  # never echo it all
+        raise UserError(f"{what} {shown} is not a plain name", f"use {NAME_RULE}")
     return name
+
+
+def _checked_id(run_id: str) -> str:
+    return run_id if is_trial_id(run_id) else check_name(run_id, "run id")
 
 
 def is_loopback(host: str) -> bool:
@@ -99,13 +120,14 @@ class WebSettings:
         return self.db_path.parent / "logs"
 
     def run_folder(self, run_id: str) -> RunFolder:
-        """A run's folder, to read (an absolute path under `root`)."""
-        return RunFolder(self.runs_path / check_name(run_id, "run id"))
+        """A run's folder, to read (an absolute path under `root`); a sweep's trial
+        (`SWEEP/trial-NNN`) is the run folder inside the sweep's."""
+        return RunFolder(self.runs_path / _checked_id(run_id))
 
     def cli_run_folder(self, run_id: str) -> RunFolder:
         """A run's folder as `trainforge train` names it: relative to `root`, the folder
         every training process runs in (runs/NAME, as in `--resume runs/NAME`)."""
-        return RunFolder(Path(self.runs_dir) / check_name(run_id, "run id"))
+        return RunFolder(Path(self.runs_dir) / _checked_id(run_id))
 
     def detect_platform(self):
         from trainforge.hardware import detect, load_fixture

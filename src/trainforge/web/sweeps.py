@@ -13,7 +13,7 @@ from the sweep folder (`sweep.summary`), never from the sweep's printed lines.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
@@ -22,9 +22,19 @@ from pydantic import BaseModel, Field
 
 from trainforge import __version__
 from trainforge.errors import UserError
+from trainforge.profiles import list_profiles
 from trainforge.runfolder import RunFolder
 from trainforge.sweep.study import SweepFolder
 from trainforge.web.db import RunRecord
+from trainforge.web.limits import MAX_ITEM, MAX_ITEMS, MAX_NAME, MAX_PATH, MAX_TEXT, cut
+from trainforge.web.paths import (
+    PathRefused,
+    config_file,
+    config_files,
+    override_problem,
+    setting_problem,
+    shown,
+)
 from trainforge.web.settings import check_name
 
 HERE = Path(__file__).parent
@@ -32,12 +42,21 @@ router = APIRouter(prefix="/api")
 
 
 class SweepRequest(BaseModel):
-    config: str = Field(description="Run config file, relative to the server's folder.")
-    space: str = Field(description="The space file's YAML text (see docs/sweeps.md).")
+    config: str = Field(max_length=MAX_PATH, description="Run config file under config/.")
+    space: str = Field(
+        max_length=MAX_TEXT, description="The space file's YAML text (see docs/sweeps.md)."
+    )
     trials: int = Field(ge=1, le=10000, description="Trials in the study.")
-    name: str = Field(description="The sweep folder's name under the runs folder.")
+    name: str = Field(max_length=MAX_NAME, description="The sweep folder's name under runs/.")
     pruner: Literal["median", "asha", "none"] = Field("median", description="The pruner.")
-    args: list[str] = Field(default_factory=list, description="Train flags for every trial.")
+    args: list[Annotated[str, Field(max_length=MAX_ITEM)]] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description="Train flags for every trial."
+    )
+
+
+# A trial that ended; a sweep whose trials all ended with none COMPLETE found nothing.
+_ENDED = ("COMPLETE", "PRUNED", "FAIL")
+NO_TRIAL_COMPLETED = "no trial completed"
 
 
 def _state(request: Request) -> Any:
@@ -57,30 +76,72 @@ def _sweep_folder(state: Any, name: str) -> Any:
     return SweepFolder(state.settings.runs_path / _plain(name))
 
 
+def is_sweep(state: Any, name: str) -> bool:
+    """A sweep's folder, or a sweep the app queued (its folder is made when it starts)."""
+    record = state.registry.get(name)
+    return _sweep_folder(state, name).is_sweep() or (record is not None and record.task == "sweep")
+
+
 def sweep_view(state: Any, name: str) -> dict[str, Any]:
     """A sweep's record, its trials (the status table's rows) and their validation curves."""
     from trainforge.sweep.report import curves
     from trainforge.sweep.summary import rows
 
     folder = _sweep_folder(state, name)
-    if not folder.is_sweep():
-        raise HTTPException(404, f"no sweep named {name}")
     record = state.registry.get(name)
+    if not folder.is_sweep():
+        if record is None or record.task != "sweep":
+            raise HTTPException(404, f"no sweep named {name}")
+        return {"name": name, "metric": "", "direction": "", "trials_total": None,
+                "pruner": "", "status": record.status, "message": record.message,
+                "trials": []}  # fmt: skip  # queued: its folder is made when it starts
     found, request = rows(folder)
+    status, message = outcome(record, found, request["trials"])
     metric = request["metric"]
     trials = [
         {**{k: getattr(r, k) for k in ("trial", "number", "state", "value", "steps", "best",
                                        "reason")},
          "params": r.params,
+         "page": f"/runs/{name}/{r.trial}",
          "curve": curves(RunFolder(folder.path / r.trial)).get(f"val_{metric}", [])}
         for r in found
     ]  # fmt: skip
     return {
         "name": name, "metric": metric, "direction": request["direction"],
         "trials_total": request["trials"], "pruner": request["pruner"],
-        "status": record.status if record else "not started here",
-        "message": record.message if record else None, "trials": trials,
+        "status": status, "message": message, "trials": trials,
     }  # fmt: skip
+
+
+def outcome(record: RunRecord | None, found: list[Any], total: int) -> tuple[str, str | None]:
+    """(status, message) of a sweep: its queue entry's, except that a sweep that ended with
+    no trial COMPLETE (every one failed or was pruned) has failed, whatever its process
+    printed or returned. Read from the trials' states in the journal."""
+    status = record.status if record else "not started here"
+    message = record.message if record else None
+    states = [r.state for r in found]
+    if record is not None:
+        ended = status in ("completed", "failed")
+    else:
+        ended = len(states) >= total and all(s in _ENDED for s in states)
+    if ended and "COMPLETE" not in states:
+        return "failed", NO_TRIAL_COMPLETED
+    return status, message
+
+
+def sweep_outcome(state: Any, name: str, record: RunRecord | None) -> tuple[str, str | None]:
+    """`outcome` of the sweep `name` without its curves, for the lists."""
+    from trainforge.sweep.summary import rows
+
+    folder = _sweep_folder(state, name)
+    plain = (record.status, record.message) if record else ("not started here", None)
+    if (record is not None and record.active) or not folder.is_sweep():
+        return plain
+    try:
+        found, request = rows(folder)
+    except (OSError, ValueError, UserError):
+        return plain
+    return outcome(record, found, request["trials"])
 
 
 @router.get("/sweeps")
@@ -93,7 +154,8 @@ def list_sweeps(request: Request) -> list[dict[str, Any]]:
     out = []
     for name in found:
         record = state.registry.get(name)
-        out.append({"name": name, "status": record.status if record else "not started here"})
+        status = sweep_outcome(state, name, record)[0]
+        out.append({"name": name, "status": status, "page": f"/sweeps/{name}"})
     return out
 
 
@@ -112,23 +174,53 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     existing = state.registry.get(name)
     if existing is not None and existing.active:
         raise HTTPException(409, f"sweep {name} is {existing.status}")
+    config, problems = _path_problems(state.settings, body)
+    if problems:  # nothing was read from a path the rule refused
+        return JSONResponse({"errors": [cut(line) for line in problems]}, status_code=422)
     space_path = state.settings.logs_path.parent / "sweeps" / f"{name}.yaml"
     space_path.parent.mkdir(parents=True, exist_ok=True)
     space_path.write_text(body.space, encoding="utf-8")
-    argv = [body.config, "--space", str(space_path), "--trials", str(body.trials),
-            "--name", name, "--pruner", body.pruner, *body.args]  # fmt: skip
+    own_args = ["--space", str(space_path), "--trials", str(body.trials), "--name", name,
+                "--pruner", body.pruner]  # fmt: skip
+    argv = [body.config, *own_args, *body.args]
     try:
-        own, rest = split_args(argv)
-        prepare(own, rest)  # reads files relative to the server's folder, as the run will
+        own, rest = split_args([str(config), *own_args, *body.args])
+        prepare(own, rest)  # the config by its checked path; the rest as the run reads it
     except (UserError, OSError, ValueError) as err:
         space_path.unlink(missing_ok=True)  # a refused sweep leaves nothing behind
         lines = err.line().splitlines() if isinstance(err, UserError) else [str(err)]
+        lines = [cut(line.replace(str(config), body.config)) for line in lines]
         return JSONResponse({"errors": lines}, status_code=422)
     record = RunRecord(id=name, task="sweep", config=body.config, profile="auto", argv=argv,
                        form=body.model_dump())  # fmt: skip
     state.runner.submit(record)
     return JSONResponse(sweep_view(state, name) if _sweep_folder(state, name).is_sweep()
                         else {"name": name, "status": record.status}, status_code=201)  # fmt: skip
+
+
+def _path_problems(settings: Any, body: SweepRequest) -> tuple[Path | None, list[str]]:
+    """(the run config's checked path, every path the web app's rule refuses in the request:
+    the config, and any path the train flags name)."""
+    from trainforge.config import flags as run_flags
+
+    try:
+        config = config_file(settings, body.config)
+    except PathRefused as err:
+        return None, [str(err)]
+    try:
+        args = run_flags.parse(list(body.args))
+    except UserError as err:
+        return config, [f"train flags: {err.line()}"]
+    problems = []
+    if args.config is not None or args.files:
+        problems.append("train flags: the run config belongs in Config, not among the flags")
+    if args.profile is not None and args.profile not in ("auto", *list_profiles()):
+        problems.append(f"train flags: --profile {shown(args.profile)}: use a profile's name")
+    for key, value in args.flags.items():
+        problems.append(setting_problem(settings, key, value, "train flags"))
+    for item in args.overrides:
+        problems.append(override_problem(settings, item, "train flags --set"))
+    return config, [p for p in problems if p]
 
 
 @router.post("/sweeps/{name}/stop", responses={404: {}, 409: {}})
@@ -155,9 +247,24 @@ def add_pages(app: Any, state: Any) -> None:
 
     @app.get("/sweeps", response_class=HTMLResponse, include_in_schema=False)
     def sweeps_page(request: Request) -> HTMLResponse:
-        configs = sorted(str(p.relative_to(state.settings.root))
-                         for p in state.settings.config_path.glob("*.y*ml"))  # fmt: skip
-        return page(request, "sweeps.html", "sweeps", configs=configs)
+        configs = config_files(state.settings)  # the path rule's: no symlink out of config/
+        return page(request, "sweeps.html", "sweeps", configs=configs, current="")
+
+    @app.get("/sweeps/{name}", response_class=HTMLResponse, include_in_schema=False)
+    def sweep_page(request: Request, name: str) -> HTMLResponse:
+        """The Sweeps page opened on one sweep (the Runs list links a sweep here)."""
+        if not is_sweep(state, _plain(name)):
+            raise HTTPException(404, f"no sweep named {name}")
+        configs = config_files(state.settings)
+        return page(request, "sweeps.html", "sweeps", configs=configs, current=name)
+
+    @app.get("/runs/{sweep}/{trial}", response_class=HTMLResponse, include_in_schema=False)
+    def trial_page(request: Request, sweep: str, trial: str) -> HTMLResponse:
+        """A sweep's trial on the run page (live while it trains)."""
+        from trainforge.web.trials import trial_record
+
+        record = trial_record(state, sweep, trial)
+        return page(request, "run.html", "runs", run=state.run_view(record), sweep=sweep)
 
     @app.get("/sweeps/{name}/report", include_in_schema=False)
     def sweep_report(name: str) -> FileResponse:

@@ -171,20 +171,22 @@ const TF = (() => {
       row.dataset.run = run.id;
       const link = el("span");
       const anchor = el("a", run.id);
-      anchor.href = `/runs/${encodeURIComponent(run.id)}`;
+      anchor.href = run.page;  // a sweep opens the sweep's page
       link.append(anchor);
       if (run.origin !== "app") link.append(" ", el("span", `(${run.origin})`, "muted origin"));
       const train = run.latest.train || {};
+      const val = run.latest.val || {};
       const cells = [
         link, run.task, el("span", run.status, `status status-${run.status}`),
         run.total_steps ? `${run.step} / ${run.total_steps}` : run.step,
         train.loss != null ? train.loss.toFixed(4) : "",
-        train.accuracy != null ? `${(train.accuracy * 100).toFixed(2)} %` : "",
+        val.accuracy != null ? `${(val.accuracy * 100).toFixed(2)} %` : "",
         formatTime(run.started_at),
       ];
-      for (const cell of cells) {
+      for (const [i, cell] of cells.entries()) {
         const td = el("td");
         if (cell instanceof Node) td.append(cell); else td.textContent = cell;
+        if (i === 5) td.className = "val-accuracy";
         row.append(td);
       }
       return row;

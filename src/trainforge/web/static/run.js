@@ -89,8 +89,12 @@
     badge.className = `status status-${view.status}`;
     const place = view.position ? ` (place ${view.position} in the queue)` : "";
     $("run-message").textContent = (view.message || "") + place;
-    // A run started from the command line is stopped where it runs (the app has no process).
-    const foreign = view.origin !== "app" && view.pid == null;
+    // A run started from the command line is stopped where it runs, or by this server where
+    // it may signal the process (can_stop); a sweep's trial is stopped with its sweep.
+    const foreign = view.origin !== "app" && !view.can_stop;
+    const hint = $("stop-hint");
+    hint.textContent = view.stop_hint || "";
+    hint.hidden = !view.stop_hint;
     $("stop-button").hidden = foreign || !["queued", "running", "stopping"].includes(view.status);
     $("stop-button").textContent = view.status === "stopping" ? "Stop now (SIGTERM)"
       : view.status === "queued" ? "Cancel" : "Stop";
@@ -108,7 +112,7 @@
   // The Output pane follows the newest lines (the stop message, the resume line) unless
   // the reader has scrolled up to read earlier ones.
   async function refreshLog() {
-    const { ok, data } = await TF.api("GET", `/api/runs/${encodeURIComponent(run.id)}/log?lines=30`);
+    const { ok, data } = await TF.api("GET", `${run.api}/log?lines=30`);
     if (!ok) return;
     const log = $("run-log");
     const following = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
@@ -119,7 +123,7 @@
 
   function connect() {
     if (source) source.close();
-    source = new EventSource(`/api/runs/${encodeURIComponent(run.id)}/events?offset=${offset}`);
+    source = new EventSource(`${run.api}/events?offset=${offset}`);
     source.addEventListener("metrics", (event) => {
       offset = Number(event.lastEventId) || offset;
       addRecords(JSON.parse(event.data));
@@ -138,11 +142,11 @@
   }
 
   $("stop-button").addEventListener("click", async () => {
-    const { ok, data } = await TF.api("POST", `/api/runs/${encodeURIComponent(run.id)}/stop`);
+    const { ok, data } = await TF.api("POST", `${run.api}/stop`);
     if (ok) showStatus(data); else $("run-message").textContent = data && data.detail;
   });
   $("resume-button").addEventListener("click", async () => {
-    const { ok, data } = await TF.api("POST", `/api/runs/${encodeURIComponent(run.id)}/resume`);
+    const { ok, data } = await TF.api("POST", `${run.api}/resume`);
     if (!ok) { $("run-message").textContent = data && data.detail; return; }
     showStatus(data);
     connect();

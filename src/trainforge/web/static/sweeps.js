@@ -1,12 +1,13 @@
 // The Sweeps page: start a sweep (queued like a run), list the sweeps, and for the one picked
-// its trials and their validation curves overlaid, refreshed every two seconds.
+// (/sweeps/NAME) its trials, each linked to its run page, and their validation curves
+// overlaid, refreshed every two seconds.
 "use strict";
 
 (() => {
   const $ = (id) => document.getElementById(id);
   const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  let current = new URLSearchParams(location.search).get("sweep");
+  let current = $("sweep-detail").dataset.sweep || new URLSearchParams(location.search).get("sweep");
 
   function cell(row, text) {
     const td = document.createElement("td");
@@ -28,9 +29,8 @@
     for (const s of sweeps) {
       const row = document.createElement("tr");
       const link = document.createElement("a");
-      link.href = `/sweeps?sweep=${encodeURIComponent(s.name)}`;
+      link.href = s.page;
       link.textContent = s.name;
-      link.addEventListener("click", (e) => { e.preventDefault(); current = s.name; refreshDetail(); });
       cell(row, "").appendChild(link);
       cell(row, s.status);
       body.appendChild(row);
@@ -45,8 +45,12 @@
     const s = await getJSON(`/api/sweeps/${encodeURIComponent(current)}`);
     if (!s) return;
     $("sweep-detail").hidden = false;
-    $("sweep-title").textContent = `${s.name}: ${s.trials.length} of ${s.trials_total} trials`;
-    $("sweep-message").textContent = `${s.status}${s.message ? ": " + s.message : ""} · ${s.metric} (${s.direction}), pruner ${s.pruner}`;
+    $("sweep-title").textContent = s.trials_total == null ? s.name
+      : `${s.name}: ${s.trials.length} of ${s.trials_total} trials`;
+    $("sweep-status").textContent = s.status;
+    $("sweep-status").className = `status status-${s.status}`;
+    const about = s.metric ? ` · ${s.metric} (${s.direction}), pruner ${s.pruner}` : "";
+    $("sweep-message").textContent = `${s.status}${s.message ? ": " + s.message : ""}${about}`;
     $("sweep-metric").textContent = s.metric;
     $("sweep-stop").hidden = !["queued", "running", "stopping"].includes(s.status);
     $("sweep-resume").hidden = !["stopped", "failed"].includes(s.status);
@@ -57,7 +61,10 @@
     for (const t of s.trials) {
       const row = document.createElement("tr");
       row.dataset.state = t.state;
-      cell(row, (t.best ? "★ " : "") + t.trial);
+      const link = document.createElement("a");
+      link.href = t.page;
+      link.textContent = t.trial;
+      cell(row, t.best ? "★ " : "").appendChild(link);
       cell(row, t.state + (t.reason ? ` (${t.reason})` : ""));
       cell(row, fmt(t.value));
       cell(row, t.steps);
@@ -88,9 +95,7 @@
       for (const line of lines) { const li = document.createElement("li"); li.textContent = line; errors.appendChild(li); }
       return;
     }
-    current = body.name;
-    await refreshList();
-    await refreshDetail();
+    location.href = `/sweeps/${encodeURIComponent(body.name)}`;
   }
 
   async function stop() {
