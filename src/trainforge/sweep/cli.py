@@ -17,19 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from trainforge.errors import UserError
+from trainforge.sweep.latency import FORMATS as LATENCY_FORMATS
+from trainforge.sweep.latency import LATENCY
 from trainforge.sweep.space import DIRECTIONS, Space, check_against_schema, read_space, yaml_scalar
 from trainforge.sweep.study import SweepFolder, record_sweep
 
 PRUNERS = ("median", "asha", "none")
 METRICS = ("accuracy", "loss", "perplexity", "per", "wer")
 # --name value options of the sweep itself; --slurm and --submit take none.
-_VALUE_OPTS = ("space", "trials", "name", "parallel", "metric", "direction", "pruner")
+_VALUE_OPTS = (
+    "space", "trials", "name", "parallel", "metric", "direction", "pruner", "objective",
+    "export-format", "latency-budget-ms",
+)  # fmt: skip
+_DIRECTION_WORDS = {"max": "maximize", "maximize": "maximize", "min": "minimize",
+                    "minimize": "minimize"}  # fmt: skip
 _SLURM_VALUE_OPTS = (
     "time", "partition", "account", "cpus-per-task", "gpus-per-node", "job-name", "sbatch",
 )  # fmt: skip
 USAGE = (
-    "trainforge sweep CONFIG --space SPACE.yaml --trials N [--name NAME] [--parallel K] "
+    "trainforge sweep CONFIG --space SPACE.yaml --trials N|+N [--name NAME] [--parallel K] "
     "[--metric NAME --direction maximize|minimize] [--pruner median|asha|none] "
+    "[--objective accuracy:max --objective latency_ms:min [--export-format onnx|int8] "
+    "[--latency-budget-ms MS]] "
     "[--slurm --time HH:MM:SS [--partition P] [--submit]] [train flags...]\n"
     "trainforge sweep status runs/NAME"
 )
@@ -51,8 +60,8 @@ def split_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
                     raise UserError(f"--{name} needs a value", USAGE.splitlines()[0])
                 i += 1
                 inline = argv[i]
-            if name == "sbatch":
-                own["sbatch"].append(inline)
+            if name in ("sbatch", "objective"):
+                own.setdefault(name, []).append(inline)
             else:
                 own[name] = inline
         else:
@@ -111,7 +120,8 @@ def prepare(own: dict[str, Any], rest: list[str]) -> dict[str, Any]:
 
     if "space" not in own or "trials" not in own:
         raise UserError("sweep needs --space SPACE.yaml and --trials N", USAGE.splitlines()[0])
-    trials = _int_opt(own, "trials", None)
+    extend = str(own["trials"]).startswith("+")
+    trials = _int_opt({"trials": str(own["trials"]).removeprefix("+")}, "trials", None)
     args = run_flags.parse(rest)
     if args.config is None:
         raise UserError("no run config given", USAGE.splitlines()[0])
@@ -127,12 +137,55 @@ def prepare(own: dict[str, Any], rest: list[str]) -> dict[str, Any]:
         problems.append(f"--direction {own['direction']}: use maximize or minimize")
     space, found = read_space(Path(own["space"]))
     problems += found
-    metric = own.get("metric") or space.metric
+    goals, found = parse_objectives(own)
+    problems += found
+    metric = next((m for m, _ in goals if m != LATENCY), None) or own.get("metric") or space.metric
     base, found = _check_config(args, space, metric)
     problems += found
+    if base is not None:
+        problems += _reaches_validation(base.config, metric)
     if problems:
         _refuse(problems)
-    return _request(own, rest, args, space, base, trials)
+    plan = _request(own, rest, args, space, base, trials)
+    return _edge_request(plan, own, goals, extend, trials)
+
+
+def parse_objectives(own: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """`--objective NAME:max|min`, each once: one training metric, and `latency_ms` besides."""
+    goals, problems = [], []
+    for text in own.get("objective", []):
+        name, _, way = text.partition(":")
+        if name not in (*METRICS, LATENCY) or way not in _DIRECTION_WORDS:
+            problems.append(
+                f"--objective {text}: use NAME:max or NAME:min with NAME one of "
+                f"{', '.join((*METRICS, LATENCY))}"
+            )
+            continue
+        goals.append((name, _DIRECTION_WORDS[way]))
+    if problems:
+        return [], problems
+    names = [m for m, _ in goals]
+    training = [m for m in names if m != LATENCY]
+    if goals and (len(training) != 1 or len(set(names)) != len(names)):
+        problems.append(
+            f"--objective {' --objective '.join(own['objective'])}: give one training metric, "
+            "and latency_ms besides it, e.g. --objective accuracy:max --objective latency_ms:min"
+        )
+    if goals and (own.get("metric") or own.get("direction")):
+        problems.append("--objective names the metric and its direction: leave out --metric "
+                        "and --direction")  # fmt: skip
+    return goals, problems
+
+
+def _reaches_validation(config: Any, metric: str | None) -> list[str]:
+    """A trial that never validates reports no metric: refused before the first trial."""
+    e = config.evaluation
+    if e.eval_steps is None and e.eval_every_epochs is None:
+        return [
+            f"evaluation: no trial would validate, so none would report {metric or 'a metric'}; "
+            "set evaluation.eval_steps=N (or evaluation.eval_every_epochs=N)"
+        ]
+    return []
 
 
 def _check_config(args: Any, space: Space, metric: str | None) -> tuple[Any, list[str]]:
@@ -231,7 +284,64 @@ def _request(
     }
 
 
+def _edge_request(
+    plan: dict[str, Any], own: dict[str, Any], goals: list[tuple[str, str]], extend: bool,
+    trials: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The objectives (and for `latency_ms` the export format and budget) and the total of
+    trials (`--trials +N`: N more than the sweep in the folder has) added to the request."""
+    from trainforge.sweep.space import num_points
+
+    if goals:
+        plan["metric"], plan["direction"] = next(g for g in goals if g[0] != LATENCY)
+    plan["objectives"] = [list(g) for g in goals] or [[plan["metric"], plan["direction"]]]
+    problems = []
+    if len(plan["objectives"]) > 1:
+        if own.get("pruner", "none") != "none":
+            problems.append(f"--pruner {own['pruner']}: Optuna prunes no study of several "
+                            "objectives; leave --pruner out")  # fmt: skip
+        plan["pruner"] = "none"
+    problems += _latency_options(plan, own, [m for m, _ in goals])
+    if extend:
+        folder = SweepFolder(Path(plan["folder"]))
+        if not folder.is_sweep():
+            problems.append(f"--trials +{trials}: {folder.path} holds no sweep to extend; "
+                            f"give --trials {trials}")  # fmt: skip
+        else:
+            plan["trials"] = int(folder.read_request().get("trials") or 0) + int(trials or 0)
+    points = num_points(plan["_space"])
+    if points is not None and points < plan["trials"]:
+        problems.append(
+            f"--trials {plan['trials']}: the space has {points} distinct points and a sweep "
+            f"draws each once; use --trials {points} or widen the space"
+        )
+    if problems:
+        _refuse(problems)
+    return plan
+
+
+def _latency_options(plan: dict[str, Any], own: dict[str, Any], names: list[str]) -> list[str]:
+    if LATENCY not in names:
+        given = [f"--{k}" for k in ("export-format", "latency-budget-ms") if k in own]
+        return [f"{' and '.join(given)}: only with --objective latency_ms:min"] if given else []
+    from trainforge.export.bench import EDGE_TARGET_MS
+
+    fmt = own.get("export-format", "onnx")
+    problems = [] if fmt in LATENCY_FORMATS else [
+        f"--export-format {fmt}: use {' or '.join(LATENCY_FORMATS)}"]  # fmt: skip
+    try:
+        budget = float(own.get("latency-budget-ms", EDGE_TARGET_MS))
+    except ValueError:
+        budget = -1.0
+    if not budget > 0:
+        problems.append(f"--latency-budget-ms {own['latency-budget-ms']}: a time in ms above 0")
+    plan["export_format"], plan["latency_budget_ms"] = fmt, budget
+    return problems
+
+
 def run_sweep(plan: dict[str, Any]) -> int:
+    """Run (or continue) the sweep: 0 when at least one trial completed, 1 when none did,
+    130 when a signal stopped it (2, a user error, when a worker could not go on)."""
     from trainforge.hardware.threads import usable_cores
     from trainforge.sweep.runner import Sweep
     from trainforge.sweep.summary import status
@@ -239,8 +349,9 @@ def run_sweep(plan: dict[str, Any]) -> int:
     folder = record_sweep(plan)
     parallel = plan["parallel"]
     threads = max(1, usable_cores() // parallel) if parallel > 1 else None
+    goals = " and ".join(f"{m} ({d})" for m, d in plan["objectives"])
     print(
-        f"sweep {folder.path}: {plan['trials']} trials, {plan['metric']} ({plan['direction']}), "
+        f"sweep {folder.path}: {plan['trials']} trials, {goals}, "
         f"pruner {plan['pruner']}, {parallel} at a time"
         + (f", {threads} cpu threads each" if threads else "")
     )
@@ -250,7 +361,7 @@ def run_sweep(plan: dict[str, Any]) -> int:
     for line in status(folder):
         print(line)
     if finished:
-        return 0
+        return _verdict(folder)
     if sweep.error:
         raise UserError(
             f"sweep {folder.path} stopped: {sweep.error}",
@@ -262,3 +373,29 @@ def run_sweep(plan: dict[str, Any]) -> int:
 
         requeue_own_task()
     return 130
+
+
+def _verdict(folder: SweepFolder) -> int:
+    """0 when a trial completed; else one line on stderr with the first reason and the fix."""
+    import sys
+
+    from trainforge.sweep.summary import counts, counts_text, rows
+
+    found, request = rows(folder)
+    if counts(found)["completed"]:
+        return 0
+    reasons = [r.reason for r in found if r.reason]
+    why = f" ({reasons[0]})" if reasons else ""
+    if any("no validation" in r for r in reasons):
+        fix = "validate within each trial: a shorter evaluation.eval_steps, or more --max_steps"
+    elif counts(found)["pruned"] and not reasons:
+        fix = "every trial was pruned: try --pruner none or a wider space"
+    else:
+        first = next((r.trial for r in found if r.reason), found[0].trial if found else "")
+        fix = f"see {folder.logs}/{first}.log, fix the cause, and start a sweep with a new --name"
+    print(
+        f"sweep {folder.path}: 0 of {request['trials']} trials completed: {counts_text(found)}"
+        f"{why}. Fix: {fix}",
+        file=sys.stderr,
+    )
+    return 1

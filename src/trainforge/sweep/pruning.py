@@ -40,10 +40,14 @@ class PruningCallback(Callback):
             trainer.stop(f"{PRUNED_PREFIX} by the sweep's pruner at step {step}")
 
 
-def trial_env(journal: str, study: str, trial_id: int, metric: str, pruner: str) -> str:
+def trial_env(
+    journal: str, study: str, trial_id: int, metric: str, pruner: str, *, report: bool = True
+) -> str:
+    """`report` false: a study of several objectives, where Optuna takes no intermediate
+    values (and prunes nothing)."""
     return json.dumps(
         {"journal": journal, "study": study, "trial_id": trial_id, "metric": metric,
-         "pruner": pruner}
+         "pruner": pruner, "report": report}
     )  # fmt: skip
 
 
@@ -52,12 +56,14 @@ def callbacks_from_env(env: Mapping[str, str] | None = None) -> list[Callback]:
     text = (os.environ if env is None else env).get(TRIAL_ENV)
     if not text:
         return []
+    spec = json.loads(text)
+    if not spec.get("report", True):
+        return []
     from trainforge.sweep.study import build_pruner, need_optuna
 
     optuna = need_optuna()
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-    spec = json.loads(text)
     backend = JournalFileBackend(spec["journal"], lock_obj=JournalFileOpenLock(spec["journal"]))
     study = optuna.load_study(
         study_name=spec["study"],

@@ -24,7 +24,8 @@ from typing import Any
 
 from trainforge.runfolder import RunFolder
 from trainforge.sweep import study as studies
-from trainforge.sweep.space import Space, draw
+from trainforge.sweep.latency import LATENCY
+from trainforge.sweep.space import Space
 from trainforge.sweep.study import REASON_ATTR, SweepFolder
 from trainforge.sweep.trial import COMPLETE, FAIL, PRUNED, Outcome, run_trial
 
@@ -99,20 +100,20 @@ class Sweep:
             self.stopping.set()
 
     def _work(self, index: int) -> None:
-        study = studies.open_study(self.folder, self.request, seed=self.seed + index)
+        # Every worker, task and restart keys its draws by (seed, trial number) alone.
+        study = studies.open_study(self.folder, self.request, seed=self.seed)
         while not self.stopping.is_set():
-            claimed = studies.claim(self.folder, study, self.request["trials"])
+            claimed = studies.claim(self.folder, study, self.request["trials"], self.space)
             if claimed is None:
                 return
-            trial, lease = claimed
+            trial, values, lease = claimed
             try:
-                self._one(study, trial)
+                self._one(study, trial, values)
             finally:
                 os.close(lease)
 
-    def _one(self, study: Any, trial: Any) -> None:
+    def _one(self, study: Any, trial: Any, values: dict[str, Any]) -> None:
         number = studies.root_number(study._storage.get_trial(trial._trial_id))
-        values = draw(trial, self.space)
         shown = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
         )
@@ -131,7 +132,13 @@ class Sweep:
         from optuna.trial import TrialState
 
         if result.state == COMPLETE:
-            study.tell(trial, result.value)
+            if result.latency_ms is not None:
+                trial.set_user_attr(LATENCY, result.latency_ms)
+            values = [
+                result.latency_ms if metric == LATENCY else result.value
+                for metric, _ in studies.objectives(self.request)
+            ]
+            study.tell(trial, values if len(values) > 1 else values[0])
         elif result.state == PRUNED:
             study.tell(trial, state=TrialState.PRUNED)
         elif result.state == FAIL:
@@ -147,7 +154,8 @@ class Sweep:
 
 def _describe(result: Outcome, metric: str) -> str:
     if result.state == COMPLETE:
-        return f"complete, {metric} {result.value:.6g}"
+        latency = "" if result.latency_ms is None else f", latency {result.latency_ms:.4g} ms"
+        return f"complete, {metric} {result.value:.6g}{latency}"
     if result.state == PRUNED:
         return f"pruned ({result.reason})"
     if result.state == FAIL:

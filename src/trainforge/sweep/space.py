@@ -241,3 +241,37 @@ def set_flags(values: Mapping[str, Any]) -> list[str]:
     for path, value in values.items():
         out += ["--set", f"{path}={yaml_scalar(value)}"]
     return out
+
+
+def distributions(space: Space) -> dict[str, Any]:
+    """The space as Optuna distributions, exactly as `draw` suggests them (so a point the
+    sampler draws for the whole space is taken by each `suggest_*` as it is)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    out: dict[str, Any] = {}
+    for p in space.params:
+        if p.kind == "choice":
+            out[p.path] = CategoricalDistribution(list(p.choices))
+        elif p.kind in ("int", "log_int"):
+            out[p.path] = IntDistribution(int(p.low), int(p.high), log=p.kind == "log_int")
+        else:
+            out[p.path] = FloatDistribution(p.low, p.high, log=p.kind == "log_uniform")
+    return out
+
+
+def num_points(space: Space) -> int | None:
+    """How many distinct points the space has: a count when every param is a choice or a
+    whole number, None when one is a continuous range."""
+    count = 1
+    for p in space.params:
+        if p.kind == "choice":
+            count *= len(set(map(repr, p.choices)))
+        elif p.kind in ("int", "log_int"):
+            count *= int(p.high) - int(p.low) + 1
+        else:
+            return None
+    return count

@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from trainforge.runfolder import REPORT
 
 SWEEP_JSON = "sweep.json"
 REASON_ATTR = "fail_reason"
+WORKER_ATTR = "worker"  # host:pid of the sweep process that ran the trial
 # A trial whose process keeps dying (the kernel's OOM killer) is failed after this many.
 MAX_RETRIES = 3
 
@@ -109,7 +111,8 @@ class SweepFolder:
 
     def write_request(self, record: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f".{SWEEP_JSON}.tmp"
+        # One name per process: the tasks of an array may record the sweep at the same time.
+        tmp = self.path / f".{SWEEP_JSON}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record, indent=2, default=str), encoding="utf-8")
         tmp.replace(self.request)
 
@@ -167,15 +170,26 @@ def build_pruner(name: str) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def open_study(folder: SweepFolder, request: dict[str, Any], *, seed: int = 0) -> Any:
-    """The sweep's study (created on first use), with its sampler and pruner."""
+def objectives(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, direction) of each objective; a sweep recorded before objectives had one."""
+    found = request.get("objectives") or [[request["metric"], request["direction"]]]
+    return [(str(m), str(d)) for m, d in found]
+
+
+def open_study(folder: SweepFolder, request: dict[str, Any], *, seed: int | None = None) -> Any:
+    """The sweep's study (created on first use), with its keyed sampler and pruner."""
     optuna = need_optuna()
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, request["trials"]))
+    from trainforge.sweep.sampler import KeyedSampler
+    from trainforge.sweep.space import distributions, parse_space
+
+    space, _ = parse_space(request.get("space") or {}, folder.name)
+    seed = int(request.get("seed") or 0) if seed is None else seed
+    directions = [d for _, d in objectives(request)]
     return optuna.create_study(
         study_name=folder.name,
         storage=storage(folder),
-        direction=request["direction"],
-        sampler=sampler,
+        directions=directions,
+        sampler=KeyedSampler(distributions(space), seed),
         pruner=build_pruner(request["pruner"]),
         load_if_exists=True,
     )
@@ -220,10 +234,16 @@ def requeue_stale(folder: SweepFolder, study: Any) -> list[int]:
     return found
 
 
-def claim(folder: SweepFolder, study: Any, total: int) -> tuple[Any, int] | None:
-    """The next trial for this worker and its lease, or None when the study has all its
-    trials (counted ones running or finished, nothing queued)."""
+def claim(
+    folder: SweepFolder, study: Any, total: int, space: Any
+) -> tuple[Any, dict[str, Any], int] | None:
+    """The next trial for this worker, its drawn values and its lease; None when the study
+    has all its trials (counted ones running or finished, nothing queued) or when a space of
+    choices and whole numbers has every point in the study. The values are drawn under the
+    claim lock, so the sampler sees every other worker's points (see `sweep.sampler`)."""
     from optuna.trial import TrialState
+
+    from trainforge.sweep.space import draw, num_points
 
     with folder.claim_lock():
         requeue_stale(folder, study)
@@ -231,8 +251,19 @@ def claim(folder: SweepFolder, study: Any, total: int) -> tuple[Any, int] | None
         waiting = any(t.state == TrialState.WAITING for t in trials)
         if not waiting and len(counted(trials)) >= total:
             return None
+        points = num_points(space)
+        if not waiting and points is not None and len(distinct_points(trials)) >= points:
+            return None
         trial = study.ask()
-        return trial, folder.take_lease(trial.number)
+        values = draw(trial, space)
+        trial.set_user_attr(WORKER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
+        return trial, values, folder.take_lease(trial.number)
+
+
+def distinct_points(trials: list[Any]) -> set[tuple[tuple[str, str], ...]]:
+    from trainforge.sweep.sampler import point_key
+
+    return {point_key(t.params) for t in trials if t.params}
 
 
 def record_sweep(plan: dict[str, Any]) -> SweepFolder:
@@ -241,7 +272,10 @@ def record_sweep(plan: dict[str, Any]) -> SweepFolder:
     kept = {k: v for k, v in plan.items() if not k.startswith("_") and k != "parallel"}
     if folder.is_sweep():
         before = folder.read_request()
-        for key in ("config", "space", "metric", "direction", "pruner", "train_args"):
+        for key in ("config", "space", "metric", "direction", "pruner", "train_args",
+                    "objectives", "export_format"):  # fmt: skip
+            if key == "objectives" and objectives(before) == objectives(kept):
+                continue
             if before.get(key) != kept.get(key):
                 raise UserError(
                     f"{folder.path} holds a sweep with another {key}",

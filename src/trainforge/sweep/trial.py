@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from trainforge.runfolder import RunFolder
+from trainforge.sweep.latency import LATENCY, read_latency
+from trainforge.sweep.latency import command as latency_command
 from trainforge.sweep.pruning import PRUNED_PREFIX, TRIAL_ENV, trial_env
 from trainforge.sweep.space import set_flags
-from trainforge.sweep.study import SweepFolder
+from trainforge.sweep.study import SweepFolder, objectives
 
 COMPLETE, PRUNED, FAIL, REQUEUE = "COMPLETE", "PRUNED", "FAIL", "REQUEUE"
 _HOLDER_WAIT_S = 300.0  # a dead worker's child may still be writing its checkpoint
@@ -39,6 +41,7 @@ class Outcome:
     state: str
     value: float | None = None
     reason: str = ""
+    latency_ms: float | None = None  # an edge-aware sweep's measured batch-1 latency
 
 
 def command(request: dict[str, Any], folder: SweepFolder, number: int, values: dict) -> list[str]:
@@ -94,12 +97,24 @@ def run_trial(
     env = dict(os.environ)
     env[TRIAL_ENV] = trial_env(
         str(folder.journal.resolve()), folder.name, trial._trial_id, request["metric"],
-        request["pruner"],
+        request["pruner"], report=len(objectives(request)) == 1,
     )  # fmt: skip
     if threads:
         env["TRAINFORGE_THREADS"] = str(threads)
-    folder.logs.mkdir(parents=True, exist_ok=True)
     log_path = folder.trial_log(number)
+    code = _child(args, env, log_path, request, started)
+    result = outcome(code, RunFolder(folder.trial_dir(number)), request["metric"], log_path)
+    if result.state != COMPLETE or LATENCY not in dict(objectives(request)):
+        return result
+    return _with_latency(result, request, folder.trial_dir(number), log_path, started)
+
+
+def _child(
+    args: list[str], env: dict[str, str], log_path: Path, request: dict[str, Any],
+    started: list[subprocess.Popen],
+) -> int:  # fmt: skip
+    """Run one child to its end with its output appended to the trial's log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(args)}\n")
         log.flush()
@@ -109,10 +124,24 @@ def run_trial(
         )  # fmt: skip
         started.append(process)
         try:
-            code = process.wait()
+            return process.wait()
         finally:
             started.remove(process)
-    return outcome(code, RunFolder(folder.trial_dir(number)), request["metric"], log_path)
+
+
+def _with_latency(
+    result: Outcome, request: dict[str, Any], run_dir: Path, log_path: Path,
+    started: list[subprocess.Popen],
+) -> Outcome:  # fmt: skip
+    """The trained trial exported and timed (`sweep.latency`), its latency added."""
+    fmt = request.get("export_format") or "onnx"
+    code = _child(latency_command(run_dir, fmt), dict(os.environ), log_path, request, started)
+    if code < 0 or code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGUSR1):
+        return Outcome(REQUEUE, reason=f"stopped by a signal while timing (exit {code})")
+    if code != 0:
+        return Outcome(FAIL, reason=f"export for latency: {last_line(log_path)}")
+    latency_ms, _ = read_latency(run_dir)
+    return Outcome(COMPLETE, result.value, latency_ms=latency_ms)
 
 
 def outcome(code: int, run: RunFolder, metric: str, log_path: Path) -> Outcome:
