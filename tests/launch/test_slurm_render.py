@@ -181,6 +181,41 @@ def test_rendered_script_launches_torchrun_under_srun(tmp_path, fakes):
     assert "trainforge: job 123456 (restart 0) on node-[a-b], rendezvous node-a:23456" in out
 
 
+def test_a_node_range_renders_an_elastic_job(monkeypatch, capsys, tmp_path, fakes):
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "slurm", DIGITS, "--nodes", "2-4", "--gpus-per-node", "4",
+        "--time", "12:00:00",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = sbatch_lines(out)
+    assert "--nodes=2-4" in lines and "--no-kill" in lines and "--requeue" in lines
+    assert "on 2-4 nodes x 4 GPUs" in out
+    bin_dir, log = fakes
+    job = build_job(Path(DIGITS), nodes=2, max_nodes=4, gpus_per_node=4, time="01:00:00")
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_script(dataclasses.replace(job, env_bin=str(bin_dir))))
+    proc = start_script(script, fakes, SLURM_JOB_NUM_NODES="3")  # Slurm gave 3 of 2-4
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "--no-kill" in (log / "srun.args").read_text().splitlines()
+    argv = json.loads((log / "torchrun.json").read_text())["argv"]
+    # torchrun goes on with as few as 2 of the nodes it got, restarting the worker group.
+    assert argv[:6] == ["--nnodes", "2:3", "--max-restarts", "3", "--nproc-per-node", "4"]
+    fixed = render_script(build_job(Path(DIGITS), nodes=2, gpus_per_node=4, time="01:00:00"))
+    assert "--no-kill" not in fixed and "--max-restarts" not in fixed
+
+
+@pytest.mark.parametrize("nodes", ["0", "4-2", "two", "2:4", "-3"])
+def test_a_bad_node_count_is_one_line(monkeypatch, capsys, nodes):
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "slurm", DIGITS, "--nodes", nodes, "--gpus-per-node", "0",
+        "--time", "01:00:00",
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert f"--nodes {nodes!r} is not a node count or a range MIN-MAX" in err, err
+    assert "--nodes 2-4" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_sigusr1_to_the_batch_shell_reaches_srun_and_the_exit_status_is_kept(tmp_path, fakes):
     job = build_job(Path(DIGITS), nodes=1, gpus_per_node=0, procs_per_node=2, time="01:00:00")
     bin_dir, log = fakes
@@ -243,6 +278,7 @@ def test_rendered_scripts_are_shellcheck_clean(tmp_path):
     for name, job in (
         ("gpu", build_job(Path(DIGITS), nodes=4, gpus_per_node=8, time="2-00:00:00")),
         ("cpu", build_job(Path(DIGITS), nodes=1, gpus_per_node=0, time="00:10:00")),
+        ("elastic", build_job(Path(DIGITS), nodes=2, max_nodes=4, gpus_per_node=8, time="1:00:00")),
     ):
         path = tmp_path / f"{name}.sbatch"
         path.write_text(render_script(job))

@@ -20,6 +20,7 @@ from trainforge.launch.slurm import (
     check_directive,
     check_name,
     job_name_for,
+    parse_nodes,
     parse_time,
     render_script,
     submit,
@@ -31,7 +32,12 @@ slurm_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 # The command's options, one alias each (typer reads the Annotated metadata).
 ConfigArg = Annotated[Path, typer.Argument(help="Run config file (.yaml or .json).")]
-NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Nodes to run on.")]
+NodesOpt = Annotated[
+    str,
+    typer.Option(
+        "--nodes", help="Nodes to run on: 2, or a range 2-4 for an elastic job (torchrun restarts)."
+    ),
+]
 GpusOpt = Annotated[
     int, typer.Option("--gpus-per-node", min=0, help="GPUs per node, one process each; 0: CPU.")
 ]
@@ -93,9 +99,11 @@ def slurm_command(
 ) -> None:
     """Render an sbatch script (srun + torchrun, checkpoint and requeue on SIGUSR1); print it
     or submit it."""
+    min_nodes, max_nodes = parse_nodes(nodes)
     job = build_job(
         config,
-        nodes=nodes,
+        nodes=min_nodes,
+        max_nodes=max_nodes,
         gpus_per_node=gpus_per_node,
         time=time,
         partition=partition,
@@ -147,8 +155,10 @@ def build_job(
     profile: str | None = None,
     overrides: list[str] | None = None,
     sbatch_options: list[str] | None = None,
+    max_nodes: int | None = None,
 ) -> SlurmJob:
-    """Check every option and the config (for the nodes the job will run on); UserError else."""
+    """Check every option and the config (for the nodes the job will run on); UserError else.
+    `max_nodes` makes the job elastic: it may run on `nodes` to `max_nodes` nodes."""
     from trainforge.config import validate
 
     extra = _check_options(
@@ -163,13 +173,15 @@ def build_job(
     train_args = (["--profile", profile] if profile else []) + [
         word for item in sets for word in ("--set", item)
     ]
-    resolved = validate(  # judged, and planned, for the nodes and processes it asks for
-        config,
-        platform=target_platform(nodes, gpus_per_node),
-        profile=profile,
-        overrides=sets,
-        world_size=nodes * nproc,
-    )
+    # Judged, and planned, for the nodes and processes it asks for: both ends of a range.
+    for count in sorted({nodes, max_nodes or nodes}, reverse=True):
+        resolved = validate(
+            config,
+            platform=target_platform(count, gpus_per_node),
+            profile=profile,
+            overrides=sets,
+            world_size=count * nproc,
+        )
     workers = resolved.config.data.dataloader_num_workers
     return SlurmJob(
         config=str(config),
@@ -186,6 +198,7 @@ def build_job(
         train_args=tuple(train_args),
         env_bin=str(Path(sys.executable).parent),
         profile_note=_profile_note(resolved.profile.name, resolved.profile_reason, gpus_per_node),
+        max_nodes=max_nodes if max_nodes and max_nodes > nodes else None,
     )
 
 

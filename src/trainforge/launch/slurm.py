@@ -18,6 +18,11 @@ other workers when the first one exits, cannot cut short rank 0 writing the chec
 running `scontrol requeue`. The requeued job runs the same script and the run continues
 from its newest checkpoint by itself. A SIGUSR1 sent to the batch shell instead
 (`--signal=B:USR1@...`, `scancel --batch`) is passed on to the step by a trap.
+Elastic jobs (`--nodes MIN-MAX`): Slurm starts the job on any node count in the range, and
+torchrun's `--nnodes MIN:N` (N = the nodes Slurm gave, $SLURM_JOB_NUM_NODES) with
+`--max-restarts` restarts the worker group on the nodes left when one is lost; `--no-kill`
+(sbatch and srun) keeps Slurm from ending the whole job when a node fails. A fixed-size job
+keeps Slurm's default: a lost node ends the job, and `--requeue` runs it again (NODE_FAIL).
 `--kill-on-bad-exit=0`: after SIGUSR1 the training processes exit with 138, and other nodes
 must not be killed while rank 0 still saves and requeues. torchrun itself is started as
 `python3 -m trainforge.launch.torchrun` (launch/torchrun.py: torch's elastic agent, the same
@@ -44,6 +49,8 @@ from trainforge.errors import UserError
 from trainforge.parallel import PORT_BASE, PORT_SPAN
 
 SIGNAL_LEAD_S = 120  # SIGUSR1 this long before the time limit: enough to save and requeue
+# Worker-group restarts torchrun makes in an elastic job (a lost node, a node that joins).
+ELASTIC_MAX_RESTARTS = 3
 GENERIC_GPUS_PER_NODE = 4  # the training-pipeline assets README: 4x A100 per node
 
 # torchrun under srun: SIGUSR1 and SIGTERM ignored (Slurm signals the training processes
@@ -53,6 +60,7 @@ TORCHRUN_WRAPPER = ("bash", "-c", 'trap "" USR1 TERM; exec "$@"', "torchrun")
 # torchrun with trainforge's handling of how the processes end (launch/torchrun.py).
 TORCHRUN = ("python3", "-m", "trainforge.launch.torchrun")  # python3: venvs, conda, Debian
 
+_NODES_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
 _JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._,-]*$")
@@ -65,7 +73,7 @@ class SlurmJob:
     """Everything one batch script says. Paths stay as typed: relative to the submit dir."""
 
     config: str
-    nodes: int
+    nodes: int  # the fewest nodes the job runs on (all of them unless max_nodes is set)
     gpus_per_node: int
     time: str
     procs_per_node: int  # training processes per node: one per GPU, or CPU processes
@@ -78,6 +86,16 @@ class SlurmJob:
     train_args: tuple[str, ...] = ()  # after CONFIG, e.g. ("--set", "a.b=1")
     env_bin: str | None = None  # folder holding torchrun and the trainforge Python
     profile_note: str | None = None
+    max_nodes: int | None = None  # elastic: Slurm may start it on nodes..max_nodes
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_nodes is not None and self.max_nodes > self.nodes
+
+    @property
+    def nodes_text(self) -> str:
+        """What sbatch's --nodes says: `2`, or `2-4` for an elastic job."""
+        return f"{self.nodes}-{self.max_nodes}" if self.elastic else str(self.nodes)
 
     @property
     def log_pattern(self) -> str:
@@ -86,6 +104,19 @@ class SlurmJob:
 
     def log_path(self, job_id: str) -> str:
         return self.log_pattern.replace("%x", self.job_name).replace("%j", job_id)
+
+
+def parse_nodes(value: str) -> tuple[int, int | None]:
+    """`--nodes 2` -> (2, None); `--nodes 2-4` (elastic) -> (2, 4); UserError otherwise."""
+    match = _NODES_RE.match(value.strip())
+    low = int(match.group(1)) if match else 0
+    high = int(match.group(2)) if match and match.group(2) else None
+    if not match or low < 1 or (high is not None and high < low):
+        raise UserError(
+            f"--nodes {value!r} is not a node count or a range MIN-MAX of at least 1 node",
+            "write --nodes 2, or --nodes 2-4 for a job that runs on 2 to 4 nodes",
+        )
+    return low, None if high == low else high
 
 
 def parse_time(value: str) -> int:
@@ -138,9 +169,11 @@ def job_name_for(config_name: str | None, config_path: str) -> str:
 def directives(job: SlurmJob) -> list[str]:
     lines = [
         f"--job-name={job.job_name}",
-        f"--nodes={job.nodes}",
+        f"--nodes={job.nodes_text}",
         "--ntasks-per-node=1",
     ]
+    if job.elastic:
+        lines.append("--no-kill")  # a lost node leaves the job to torchrun's restart
     if job.gpus_per_node:
         lines.append(f"--gpus-per-node={job.gpus_per_node}")
     lines.append(f"--cpus-per-task={job.cpus_per_task}")
@@ -188,7 +221,8 @@ def render_script(job: SlurmJob) -> str:
             "# (torchrun would give it one).",
             f"export OMP_NUM_THREADS=$(( {share} > 0 ? {share} : 1 ))",
         ]
-    body = _launch_block(str(job.procs_per_node), train, env)
+    nnodes = f'"{job.nodes}:$SLURM_JOB_NUM_NODES"' if job.elastic else '"$SLURM_NNODES"'
+    body = _launch_block(str(job.procs_per_node), train, env, nnodes, job.elastic)
     return "\n".join([*header, *directives(job), "", *body]) + "\n"
 
 
@@ -223,12 +257,16 @@ def generic_script() -> str:
         f'NPROC="${{SLURM_GPUS_ON_NODE:-{GENERIC_GPUS_PER_NODE}}}"',
     ]
     train = '-m trainforge train "$CONFIG" "$@"'
-    body = _launch_block('"$NPROC"', train, env)
+    body = _launch_block('"$NPROC"', train, env, '"$SLURM_NNODES"', elastic=False)
     return "\n".join([*header, *directives(job), "", *body]) + "\n"
 
 
-def _launch_block(nproc: str, train: str, env: list[str]) -> list[str]:
-    """The script after the directives; `nproc` and `train` are shell words, quoted."""
+def _launch_block(nproc: str, train: str, env: list[str], nnodes: str, elastic: bool) -> list[str]:
+    """The script after the directives; `nproc`, `train` and `nnodes` are shell words, quoted.
+    An elastic job lets torchrun restart on the nodes left (`--nnodes MIN:N`, restarts) and
+    keeps srun from ending the step when a node fails."""
+    no_kill = " --no-kill" if elastic else ""
+    restarts = f" --max-restarts {ELASTIC_MAX_RESTARTS}" if elastic else ""
     return [
         "set -eu  # no pipefail: head -n1 below closes the pipe on scontrol on purpose",
         ': "${SLURM_JOB_ID:?submit this script with sbatch}"',
@@ -251,9 +289,10 @@ def _launch_block(nproc: str, train: str, env: list[str]) -> list[str]:
         "# on SIGTERM they save it and stop. torchrun runs as trainforge.launch.torchrun (same",
         "# options), which reports such a planned stop in one line instead of a crash report.",
         f"export PET_SIGNALS_TO_HANDLE={TORCHRUN_SIGNALS_TO_HANDLE}  # torchrun: not SIGTERM",
-        'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=0 \\',
+        'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=0'
+        f"{no_kill} \\",
         f"    {shlex.join(TORCHRUN_WRAPPER)} \\",
-        f'    {shlex.join(TORCHRUN)} --nnodes "$SLURM_NNODES" --nproc-per-node {nproc} \\',
+        f"    {shlex.join(TORCHRUN)} --nnodes {nnodes}{restarts} --nproc-per-node {nproc} \\",
         '    --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"'
         ' --rdzv-id "$SLURM_JOB_ID" \\',
         f"    {train} &",
@@ -278,7 +317,8 @@ def _nodes(job: SlurmJob) -> str:
         if job.gpus_per_node
         else f"{job.procs_per_node} CPU process{'es' if job.procs_per_node != 1 else ''}"
     )
-    return f"{job.nodes} node{'s' if job.nodes != 1 else ''} x {per_node}"
+    plural = "s" if job.elastic or job.nodes != 1 else ""
+    return f"{job.nodes_text} node{plural} x {per_node}"
 
 
 def submit(job: SlurmJob, script: str) -> tuple[str, Path]:
