@@ -53,6 +53,8 @@ BENCHMARKS = [
     ("g2p", "g2p_per_vs_previous", 0.75, "<="),
     ("faults", "faults_survived_share", 1.0, ">="),
     ("faults", "faults_data_lost", 0.0, "<="),
+    ("recovery", "recovery_s", 60.0, "<="),
+    ("recovery", "recovery_save_s", 10.0, "<="),
 ]
 
 
