@@ -10,6 +10,10 @@ each start. Here:
 
 - OMP_NUM_THREADS is set to 1 when unset and several processes start, as torchrun does, but
   without its banner (`trainforge train` states its threads in its header).
+- An elastic job (`--nnodes MIN:MAX`) gets a fresh bootstrap store every rendezvous round
+  (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, unless set): with torch's shared store, an agent
+  that was rank 0 keeps the previous round's store address, so a node that joins later waits
+  for an address that is never published and the scale-up ends in a store timeout.
 - torchrun's log lines are held while it runs. When every process that failed stopped on a
   signal the training loop handles (SIGINT, SIGUSR1, SIGTERM: each one saved its checkpoint
   and said so), the held lines are dropped and one line says how the processes ended; the
@@ -82,6 +86,12 @@ def planned_stop(exit_codes: Sequence[int]) -> str | None:
     return "/".join(sorted(n for n in names if n))
 
 
+def elastic(nnodes: str) -> bool:
+    """Whether `--nnodes` is a range of node counts (`1:2`), not one count."""
+    low, _, high = str(nnodes).partition(":")
+    return bool(high) and low != high
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import determine_local_world_size, parse_args, run
@@ -89,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if "OMP_NUM_THREADS" not in os.environ and determine_local_world_size(args.nproc_per_node) > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # torchrun's default, said by trainforge's header
+    if elastic(args.nnodes):
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # see the docstring
     failure = None
     with held_log() as held:
         try:
