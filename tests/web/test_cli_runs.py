@@ -63,6 +63,9 @@ def test_status_comes_from_the_lock_and_the_files(make_client, project):
     running = cli_folder(project, "running")
     fd = running.lock()  # held as a training process holds it
     running.mark_holder()
+    elsewhere = cli_folder(project, "elsewhere")  # held by a process that names another pid
+    other_fd = elsewhere.lock()
+    elsewhere.lock_file.write_text("process 1 (trainforge train)")
     cli_folder(project, "failed")  # ended without a summary: killed or crashed
     stopped = cli_folder(project, "stopped")
     (stopped.checkpoints / "checkpoint_interrupted").mkdir(parents=True)
@@ -79,14 +82,26 @@ def test_status_comes_from_the_lock_and_the_files(make_client, project):
         assert runs["stopped"]["status"] == "stopped" and runs["stopped"]["resumable"]
         assert runs["stale-summary"]["status"] == "failed"
         assert all(run["total_steps"] == 40 and run["step"] == 3 for run in runs.values())
-        # The app has no process of a command-line run: Stop says where to stop it.
-        refused = client.post("/api/runs/running/stop")
-        assert refused.status_code == 409 and "Ctrl+C" in refused.json()["detail"]
+        # The page says how to stop a command-line run, and offers Stop where this server
+        # may signal its process: the one holding the folder, run by this user (this test's
+        # own process here, so Stop is not pressed).
+        mine = runs["running"]
+        assert mine["pid"] == os.getpid() and mine["can_stop"]
+        assert f"kill -INT {os.getpid()}" in mine["stop_hint"] and "Ctrl+C" in mine["stop_hint"]
         page = client.get("/runs/running").text
-        assert re_hidden(page, "stop-button")
+        assert not re_hidden(page, "stop-button") and f"kill -INT {os.getpid()}" in page
+        # A pid that does not hold the folder (reused, or on another machine) is never
+        # signalled: Stop is not offered and the API says where to stop it.
+        other = runs["elsewhere"]
+        assert other["pid"] == 1 and not other["can_stop"] and "kill -INT 1" in other["stop_hint"]
+        refused = client.post("/api/runs/elsewhere/stop")
+        assert refused.status_code == 409 and "Ctrl+C" in refused.json()["detail"]
+        assert re_hidden(client.get("/runs/elsewhere").text, "stop-button")
     finally:
         os.close(fd)
+        os.close(other_fd)
     wait_for(lambda: listed(client)["running"]["status"] == "failed")  # the lock is gone
+    assert not listed(client)["running"]["stop_hint"]
 
 
 def re_hidden(page: str, element: str) -> bool:

@@ -30,6 +30,11 @@ PAGE_ACTIONS = {
     "Sweeps: Stop": ("post", "/api/sweeps/{name}/stop"),
     "Compare runs: the runs to pick from": ("get", "/api/compare/runs"),
     "Compare runs: curves": ("get", "/api/compare/curves"),
+    # The run page of a sweep's trial calls these (its `api` base).
+    "trial page: status": ("get", "/api/runs/{sweep}/trials/{trial}"),
+    "trial page: live progress": ("get", "/api/runs/{sweep}/trials/{trial}/events"),
+    "trial page: metrics history": ("get", "/api/runs/{sweep}/trials/{trial}/metrics"),
+    "trial page: output": ("get", "/api/runs/{sweep}/trials/{trial}/log"),
 }
 _CALL = re.compile(r"""api\(\s*"(GET|POST)",\s*[`"](/api/[^`"?]*)""")
 _STREAM = re.compile(r"""new EventSource\(\s*[`"](/api/[^`"?]*)""")
@@ -41,7 +46,10 @@ def page_calls() -> set[tuple[str, str]]:
     found: set[tuple[str, str]] = set()
     sources = [*(WEB / "static").glob("*.js"), *(WEB / "templates").glob("*.html")]
     for source in sources:
-        text = source.read_text(encoding="utf-8")
+        # The run page calls its run's API through `run.api`: a run's, or a trial's.
+        text = source.read_text(encoding="utf-8").replace(
+            "${run.api}", "/api/runs/${encodeURIComponent(run.id)}"
+        )
         calls = [(m, p) for m, p in _CALL.findall(text)]
         calls += [("GET", p) for p in _STREAM.findall(text)]
         calls += [(m, p) for p, m in _FETCH.findall(text)]

@@ -121,7 +121,9 @@ class AppState:
         if record.task == "sweep":
             from trainforge.web.sweeps import sweep_outcome
 
-            view.update(zip(("status", "message"), sweep_outcome(self, record), strict=True))
+            view.update(
+                zip(("status", "message"), sweep_outcome(self, record.id, record), strict=True)
+            )
         if view["origin"] != "app":
             view.update(stop_hint=stop_hint(record), can_stop=self._can_stop(record, folder))
         if is_trial_id(record.id):  # stopped and resumed with its sweep, not on its own
