@@ -46,7 +46,8 @@ def start_one_process_run(folder: Path, name: str) -> subprocess.Popen:
     """The same config on 1 process here, side by side with the job: the reference losses."""
     folder.mkdir()
     sets = set_args([*TINY, *EVERY_STEP, f"training.max_steps={MAX_STEPS}",
-                     f"output.run_name={name}", "training.device=cpu"])  # fmt: skip
+                     f"output.run_name={name}", "training.device=cpu",
+                     "training.num_threads=1"])  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-m", "trainforge", "train", str(REPO / "config/vit_digits.yaml"), *sets],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
