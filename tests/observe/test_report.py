@@ -423,3 +423,65 @@ def test_report_off_a_terminal_is_written_before_returning(tmp_path):
 
     run = write_run(tmp_path)
     assert build_report_off_the_path(run).is_file()  # pytest's stdout is no terminal
+
+
+def _iso(offset_s: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(1_800_000_000 + offset_s, UTC).isoformat(timespec="milliseconds")
+
+
+# Two nodes of 2 processes, preempted (SIGUSR1) and requeued by Slurm; node2 then lost and
+# torchrun's restart going on with node1 alone.
+SEGMENTS = [
+    {"process_started_at": _iso(0), "first_step_at": _iso(8), "world_size": 4,
+     "nodes": [{"host": "node1", "node": 0, "processes": 2},
+               {"host": "node2", "node": 1, "processes": 2}],
+     "launcher_job": "slurm 77", "from_step": 0, "resume": "start", "stop_signal": "SIGUSR1",
+     "stop_signal_at": _iso(100), "stop_saved_at": _iso(101.5), "ended_at": _iso(101.6),
+     "end": "SIGUSR1 received"},
+    {"process_started_at": _iso(106), "checkpoint_loaded_at": _iso(111), "first_step_at":
+     _iso(112.5), "world_size": 4, "recovery_s": 12.5, "launcher_job": "slurm 77",
+     "nodes": [{"host": "node1", "node": 0, "processes": 2},
+               {"host": "node2", "node": 1, "processes": 2}],
+     "from_step": 400, "resume": "exact"},
+    {"process_started_at": _iso(150), "first_step_at": _iso(160), "world_size": 2,
+     "restart_count": 1, "launcher_job": "slurm 77", "recovery_s": None,
+     "nodes": [{"host": "node1", "node": 0, "processes": 2}], "from_step": 500,
+     "resume": "continued", "ended_at": _iso(200), "end": "finished"},
+]  # fmt: skip
+
+
+def test_scheduling_timeline_draws_each_segment_per_node_with_stop_and_recovery(tmp_path):
+    from trainforge.runfolder import RunFolder
+
+    run = write_run(tmp_path)
+    RunFolder(run).write_run({"segments": SEGMENTS})
+    text = build_report(run).read_text()
+    page = Page(text)
+    svgs = [a for tag, a in page.attrs if tag == "svg"]
+    assert len(svgs) == 1 and svgs[0]["class"] == "timeline"
+    bars = [a for tag, a in page.attrs if tag == "rect" and a.get("class") == "segment"]
+    drawn = [(b["data-segment"], b["data-host"], b["data-processes"], b["data-world-size"])
+             for b in bars]  # fmt: skip
+    assert drawn == [("0", "node1", "2", "4"), ("0", "node2", "2", "4"),
+                     ("1", "node1", "2", "4"), ("1", "node2", "2", "4"),
+                     ("2", "node1", "2", "2")]  # fmt: skip
+    gaps = [a["data-recovery-s"] for tag, a in page.attrs if a.get("class") == "recovery"]
+    assert gaps == ["12.5"]  # the lost node's restart has no stop time: no gap drawn
+    assert len([a for tag, a in page.attrs if a.get("class") == "stop"]) == 1
+    assert "requeued (slurm 77) · recovery 12.5 s" in text
+    assert "torchrun restart 1" in text
+    assert "3 segments; recovery (stop signal to first step): 12.5 s." in text
+    # Each bar spans its segment: the second starts training 112.5 s after the first started.
+    starts = [a for tag, a in page.attrs if tag == "rect" and a.get("class") == "startup"]
+    begin, end = float(starts[0]["x"]), float(bars[4]["x"]) + float(bars[4]["width"])
+    assert (float(bars[2]["x"]) - begin) / (end - begin) == pytest.approx(112.5 / 200, abs=1e-3)
+
+
+def test_a_run_of_one_segment_has_no_timeline(tmp_path):
+    from trainforge.runfolder import RunFolder
+
+    run = write_run(tmp_path)
+    RunFolder(run).write_run({"segments": SEGMENTS[:1]})
+    assert "<svg" not in build_report(run).read_text()

@@ -67,6 +67,11 @@ def test_a_requeue_records_stop_save_start_load_first_step_and_recovery(tmp_path
     assert second["end"] == "finished" and at(second["ended_at"]) >= stepped
     said = re.findall(r"resume: training again (\d+\.\d) s after the stop \(SIGUSR1 at ", out)
     assert said == [f"{second['recovery_s']:.1f}"], out
+    # The report's scheduling timeline draws both segments and the recovery between them.
+    report = run.report.read_text()
+    assert report.count('<rect class="segment" data-segment=') == 2
+    assert f'<rect class="recovery" data-recovery-s="{second["recovery_s"]}"' in report
+    assert "requeued (slurm 77) · recovery" in report
 
 
 def recorded(tmp_path: Path, job: str | None) -> RunFolder:

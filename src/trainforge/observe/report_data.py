@@ -66,6 +66,13 @@ class RunData:
     checkpoint_meta: dict[str, Any] = field(default_factory=dict)
     confusion: Confusion | None = None
     notes: list[str] = field(default_factory=list)
+    segments: list[dict[str, Any]] = field(default_factory=list)  # run.json's, oldest first
+
+    @property
+    def last_time(self) -> float | None:
+        """The time of the newest logged record (epoch seconds), None without one."""
+        times = [r["time"] for rs in self.records.values() for r in rs[-1:] if "time" in r]
+        return max(times, default=None)
 
     def split(self, name: str) -> list[dict[str, Any]]:
         return self.records.get(name, [])
@@ -106,11 +113,24 @@ def load_run(run_dir: Path) -> RunData:
     data.checkpoint_meta = _read_mapping(ckpt.run_meta_file(folder.checkpoints), notes)
     if folder.confusion.is_file():
         data.confusion = _read_confusion(folder.confusion, notes)
+    data.segments = _read_segments(folder, notes)
     if not data.summary:
         notes.append("no summary.json: the run has not finished (still running, or it crashed)")
     if not any(data.records.values()):
         notes.append("metrics.jsonl holds no records yet")
     return data
+
+
+def _read_segments(folder: RunFolder, notes: list[str]) -> list[dict[str, Any]]:
+    """run.json's segments (the scheduling timeline); a note when run.json is unreadable."""
+    if not folder.is_run():
+        return []
+    try:
+        found = folder.read_run().get("segments") or []
+    except UserError as err:
+        notes.append(f"run.json not read, no scheduling timeline: {str(err).splitlines()[0]}")
+        return []
+    return [s for s in found if isinstance(s, dict)]
 
 
 def _read_metrics(path: Path, notes: list[str]) -> dict[str, list[dict[str, Any]]]:

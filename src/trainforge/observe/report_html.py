@@ -24,6 +24,7 @@ from trainforge.observe.report_data import (
     throughput,
 )
 from trainforge.observe.report_plots import Plot
+from trainforge.observe.report_timeline import timeline_svg
 from trainforge.runfolder import RunFolder
 
 PLOTS_OFF = "plots off: matplotlib is not installed (pip install 'trainforge[track]')"
@@ -112,6 +113,7 @@ def render_html(data: RunData, plots: list[Plot] | None, classes: ClassTable | N
         f"<h1>Run report: {_e(name)}</h1>",
         f'<p class="meta">{_e(data.run_dir)} · generated {_e(time.strftime("%Y-%m-%d %H:%M"))}</p>',
         _summary_section(data),
+        _timeline_section(data),
         _metrics_section(data),
         _plots_section(plots),
         _classes_section(data, plots, classes),
@@ -171,6 +173,24 @@ def _summary_section(data: RunData) -> str:
     rows += _best_rows(data)
     body = "".join(f"<tr><th>{_e(label)}</th><td>{value}</td></tr>" for label, value in rows)
     return f'<section id="summary"><h2>Summary</h2><table>{body}</table></section>'
+
+
+def _timeline_section(data: RunData) -> str:
+    """The scheduling timeline of a run that stopped and came back (or moved) at least once;
+    a run of one segment has nothing to schedule."""
+    if len(data.segments) < 2:
+        return ""
+    svg = timeline_svg(data.segments, data.last_time)
+    recovered = [s["recovery_s"] for s in data.segments if s.get("recovery_s") is not None]
+    note = (
+        f"recovery (stop signal to first step): {', '.join(f'{r:.1f} s' for r in recovered)}"
+        if recovered
+        else "no stop signal recorded: the recovery time is unknown"
+    )
+    return (
+        '<section id="timeline"><h2>Scheduling timeline</h2>'
+        f'<p class="note">{len(data.segments)} segments; {_e(note)}.</p>{svg}</section>'
+    )
 
 
 _NO_MFU = "unknown (needs the model's FLOPs per sample and the device's peak FLOP/s)"
