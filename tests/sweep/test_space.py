@@ -122,3 +122,11 @@ def test_the_train_flags_and_the_metric_must_validate_too(tmp_path, space_file):
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists()
     assert yaml.safe_load(DIGITS.read_text())["name"] == "vit-digits" and TINY
+
+
+def test_the_lr_preset_under_params_is_pointed_to_its_place():
+    _, problems = parse_space({"params": {"lr": "fine-tuning"}}, "space.yaml")
+    assert problems == [
+        "space.yaml: params.lr: fine-tuning is a learning-rate preset, a top-level key of the "
+        "space file; move `lr: fine-tuning` out of params: (beside it)"
+    ]

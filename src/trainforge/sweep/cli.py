@@ -182,7 +182,8 @@ def _reaches_validation(config: Any, metric: str | None) -> list[str]:
     e = config.evaluation
     if e.eval_steps is None and e.eval_every_epochs is None:
         return [
-            f"evaluation: no trial would validate, so none would report {metric or 'a metric'}; "
+            f"evaluation: no trial would validate, so none would report "
+            f"{metric or e.metric_for_best_model}; "
             "set evaluation.eval_steps=N (or evaluation.eval_every_epochs=N)"
         ]
     return []

@@ -140,6 +140,50 @@ def metric_by_trial(rows: list[Any], metric: str) -> str:
     return _svg(body, f"{metric} by trial")
 
 
+def pareto(rows: list[Any], request: dict[str, Any]) -> str:
+    """An edge sweep's trials by latency (x) and metric (y): the Pareto front filled and
+    joined, the latency budget as a dashed line; then the front as a table."""
+    metric, budget = request["metric"], request.get("latency_budget_ms")
+    done = [r for r in rows if r.value is not None and r.latency_ms is not None]
+    if not done:
+        return _svg(['<text x="40" y="130">no timed trial yet</text>'], "Pareto front")
+    xs = [r.latency_ms for r in done] + ([budget] if budget is not None else [])
+    fx = _scale(xs, PAD, W - 10)
+    fy = _scale([r.value for r in done], 10, H - PAD)
+
+    def x(v: float) -> float:
+        return W - 10 + PAD - fx(v)
+
+    body = []
+    if budget is not None:
+        body.append(f'<line x1="{x(budget):.1f}" y1="10" x2="{x(budget):.1f}" y2="{H - PAD}" '
+                    f'stroke="#2ca02c" stroke-dasharray="4 3"><title>latency budget '
+                    f"{budget:g} ms</title></line>")  # fmt: skip
+    front = sorted((r for r in done if r.pareto), key=lambda r: r.latency_ms)
+    body.append(_poly([(x(r.latency_ms), fy(r.value)) for r in front], "#d62728", "Pareto front"))
+    for r in done:
+        fill = "#d62728" if r.pareto else "none"
+        body.append(
+            f'<circle cx="{x(r.latency_ms):.1f}" cy="{fy(r.value):.1f}" r="4" fill="{fill}" '
+            f'stroke="#d62728"><title>{html.escape(r.trial)}: {metric} {r.value:.4g}, '
+            f"{r.latency_ms:.4g} ms</title></circle>"
+        )
+    body.append(f'<text x="{PAD}" y="{H - 12}" font-size="10">latency_ms (batch 1, one thread)'
+                f"</text>")  # fmt: skip
+    cells = "".join(
+        f"<tr><td>{html.escape(r.trial)}</td><td>{r.value:.4g}</td><td>{r.latency_ms:.4g}</td>"
+        f"<td>{'yes' if r.within_budget else 'no'}</td></tr>"
+        for r in front
+    )
+    shown = f"{budget:g} ms" if budget is not None else "none"
+    table = (
+        f"<table class=pareto><caption>Pareto front ({len(front)} trials)</caption><tr>"
+        f"<th>trial</th><th>{html.escape(metric)}</th><th>latency_ms</th>"
+        f"<th>within {shown}</th></tr>{cells}</table>"
+    )
+    return _svg(body, f"Pareto front: {metric} against latency_ms") + table
+
+
 def write_report(folder: SweepFolder, rows: list[Any], request: dict[str, Any]) -> Path:
     metric = request["metric"]
     val = {r.trial: curves(RunFolder(folder.path / r.trial)).get(f"val_{metric}", []) for r in rows}
@@ -156,6 +200,7 @@ def write_report(folder: SweepFolder, rows: list[Any], request: dict[str, Any]) 
         f"<h1>Sweep {html.escape(folder.name)}</h1><p>{len(rows)} of {request['trials']} "
         f"trials, {html.escape(metric)} ({request['direction']}), pruner {request['pruner']}."
         "</p>"
+        + (pareto(rows, request) if request.get("latency_budget_ms") is not None else "")
         + parallel_coordinates(rows, metric)
         + metric_by_trial(rows, metric)
         + overlay(val, f"validation {metric} of every trial")

@@ -68,10 +68,17 @@ def _count(own: dict[str, Any], name: str, default: int, allow_zero: bool = Fals
 
 def sweep_command(plan: dict[str, Any]) -> list[str]:
     """The command every array task runs: the sweep, one trial at a time per task."""
+    goals = plan.get("objectives") or [[plan["metric"], plan["direction"]]]
+    if len(goals) > 1:  # an edge sweep: its objectives, export format and latency budget
+        aims = [a for m, d in goals for a in ("--objective", f"{m}:{d[:3]}")]
+        aims += ["--export-format", plan["export_format"],
+                 "--latency-budget-ms", repr(plan["latency_budget_ms"])]  # fmt: skip
+    else:
+        aims = ["--metric", plan["metric"], "--direction", plan["direction"]]
     return [
         "-m", "trainforge", "sweep", plan["config"], "--space", plan["space_file"],
-        "--trials", str(plan["trials"]), "--name", plan["name"], "--metric", plan["metric"],
-        "--direction", plan["direction"], "--pruner", plan["pruner"], *plan["train_args"],
+        "--trials", str(plan["trials"]), "--name", plan["name"], *aims,
+        "--pruner", plan["pruner"], *plan["train_args"],
     ]  # fmt: skip
 
 

@@ -138,6 +138,11 @@ def parse_space(data: Mapping[str, Any], label: str) -> tuple[Space, list[str]]:
 
 def _param(name: str, spec: Any, label: str) -> tuple[Param | None, list[str]]:
     where = f"{label}: params.{name}"
+    if name == "lr" and spec in LR_PRESETS:  # the preset written where the fields go
+        return None, [
+            f"{where}: {spec} is a learning-rate preset, a top-level key of the space file; "
+            f"move `lr: {spec}` out of params: (beside it)"
+        ]
     if not isinstance(spec, dict) or len(spec) != 1:
         return None, [f"{where}: expected one distribution, e.g. {{log_uniform: [1.0e-4, 1.0e-2]}}"]
     kind, args = next(iter(spec.items()))
