@@ -120,3 +120,46 @@ def test_sweeps_page_and_compare_runs_in_a_real_browser(server):
         page.locator("#sweep-stop").click()
         expect(page.locator("#sweep-message")).to_contain_text("stopped", timeout=120_000)
         browser.close()
+
+
+def test_a_sweep_under_runs_opens_its_page_and_each_trial_its_run_page(server):
+    """Runs list -> the sweep's page -> a trial's run page, on a sweep the app ran."""
+    import json
+    import urllib.request
+
+    from playwright.sync_api import expect, sync_playwright
+
+    url, project = server
+    body = {"config": "config/vit_digits.yaml", "name": "listed-sweep", "trials": 1,
+            "space": SPACE, "args": TINY}  # fmt: skip
+    started = urllib.request.urlopen(urllib.request.Request(
+        f"{url}/api/sweeps", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json"}), timeout=300)  # fmt: skip
+    assert started.status == 201
+    deadline = time.monotonic() + 600  # a hung sweep, not speed
+    while json.load(urllib.request.urlopen(f"{url}/api/sweeps/listed-sweep"))["status"] != (
+        "completed"
+    ):
+        assert time.monotonic() < deadline, "the sweep did not complete"
+        time.sleep(1)
+    records = (project / "runs" / "listed-sweep" / "trial-000" / "metrics.jsonl").read_text()
+    val = [r for r in map(json.loads, records.splitlines()) if r.get("split") == "val"][-1]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(60_000)
+        page.goto(f"{url}/runs")
+        row = page.locator('#runs-table tr[data-run="listed-sweep"]')
+        expect(row).to_contain_text("completed")
+        row.get_by_role("link", name="listed-sweep").click()
+        expect(page).to_have_url(f"{url}/sweeps/listed-sweep")
+        expect(page.locator("#sweep-title")).to_contain_text("listed-sweep: 1 of 1 trials")
+        page.locator("#sweep-trials").get_by_role("link", name="trial-000").click()
+        expect(page).to_have_url(f"{url}/runs/listed-sweep/trial-000")
+        expect(page.locator("#run-status")).to_have_text("completed")
+        expect(page.locator("#trial-of")).to_contain_text("listed-sweep")
+        expect(page.locator("#s-step")).to_have_text(str(val["step"]))
+        expect(page.locator("#s-val")).to_have_text(f"{val['accuracy'] * 100:.2f} %")
+        page.locator("#trial-of").get_by_role("link", name="listed-sweep").click()
+        expect(page).to_have_url(f"{url}/sweeps/listed-sweep")
+        browser.close()
