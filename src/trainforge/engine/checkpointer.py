@@ -12,6 +12,13 @@ is sharded and which is per process. Two storages implement the seam:
   torch.distributed.checkpoint into the temporary folder; rank 0 adds state.pt and
   commits. Synchronous.
 
+Either kind of run reads either kind of checkpoint (`Checkpointer.load`): a plain run
+gathers a sharded checkpoint's parts whole through torch.distributed.checkpoint (which
+reshards on load, and reads without a process group on one process), an FSDP run takes a
+plain checkpoint's whole tensors and keeps its own shard of each (`stateful.Whole`). So a
+run trained sharded on a cluster continues on one device, and the other way round; a
+sharded checkpoint on another process count reshards through the same `dcp.load`.
+
 state.pt holds {part name: state} plus `world_size` and, under torch.distributed,
 `per_rank` (one {part name: state} per rank). Format 1 (before the registry) kept the
 non-finite counts and the best values inside `trainer`; `_upgrade` reads them from there.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +41,7 @@ import torch
 
 from trainforge import parallel
 from trainforge.engine import checkpoint as ckpt
-from trainforge.engine.stateful import Entry, StateRegistry
+from trainforge.engine.stateful import Entry, ShardedPart, StateRegistry, Whole
 from trainforge.errors import UserError
 
 if TYPE_CHECKING:
@@ -126,14 +134,17 @@ class Checkpointer:
         stay fresh, and a process the checkpoint had no state for takes rank 0's."""
         model_state, state, meta = ckpt.load_checkpoint(folder)
         state = _upgrade(state, meta)
-        if (model_state is None) != isinstance(self.storage, ShardedStorage):
-            sharded = model_state is None
-            raise UserError(
-                f"checkpoint {folder} is {'' if sharded else 'not '}sharded and this run "
-                f"{'is not' if sharded else 'is'}",
-                "resume with the hardware.data_parallel setting it was written with",
-            )
-        saved = self.storage.load_parts(self, folder, model_state)
+        written_sharded, sharded = model_state is None, isinstance(self.storage, ShardedStorage)
+        if written_sharded == sharded:
+            saved = self.storage.load_parts(self, folder, model_state)
+        elif written_sharded:  # a plain run: each sharded part gathered whole
+            saved = _whole_from_dcp(self.registry, folder)
+        else:  # an FSDP run: the plain checkpoint's whole tensors, each rank keeps its shard
+            saved = {
+                e.name: Whole(model_state if e.weights else state.get(e.name))
+                for e in self.registry
+                if e.sharded
+            }
         if not moved:
             self._check_world_size(folder, state)
         ranks = state.get("per_rank") or [state]
@@ -149,9 +160,15 @@ class Checkpointer:
             saved.setdefault(entry.name, source.get(entry.name))
         for entry in entries:
             if entry.check is not None:
-                entry.check(folder, saved[entry.name])
+                value = saved[entry.name]
+                entry.check(folder, value.state if isinstance(value, Whole) else value)
         for entry in entries:
-            entry.part.load_state_dict(saved[entry.name])
+            try:
+                entry.part.load_state_dict(saved[entry.name])
+            except (KeyError, ValueError, RuntimeError) as err:
+                if not isinstance(saved[entry.name], Whole):
+                    raise
+                raise _misfit(folder, err) from None
         return meta
 
     def _check_world_size(self, folder: Path, state: dict[str, Any]) -> None:
@@ -237,8 +254,36 @@ class ShardedStorage:
         try:
             dcp.load(parts, checkpoint_id=folder / "dcp")
         except Exception as err:
-            raise UserError(
-                f"checkpoint {folder} does not fit this model: {str(err).splitlines()[0]}",
-                "resume with the model settings the checkpoint was trained with",
-            ) from None
+            raise _misfit(folder, err) from None
         return parts
+
+
+def _misfit(folder: Path, err: BaseException) -> UserError:
+    return UserError(
+        f"checkpoint {folder} does not fit this model: {(str(err).splitlines() or [''])[0]}",
+        "resume with the model settings the checkpoint was trained with",
+    )
+
+
+def _whole_from_dcp(registry: StateRegistry, folder: Path) -> dict[str, Any]:
+    """A sharded checkpoint's parts for a plain run (one process, or DDP): torch.distributed.
+    checkpoint reads each part whole into tensors shaped like this run's, keyed by parameter
+    name (`dcp.load` reshards on load; without a process group it reads on one process)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.utils._pytree import tree_map_only
+
+    def blank(part: ShardedPart) -> Any:
+        # Fresh tensors to read into: the live ones are left alone until every part is read.
+        return tree_map_only(torch.Tensor, torch.empty_like, part.named_state_dict())
+
+    parts = {e.name: blank(e.part) for e in registry if e.sharded}  # type: ignore[arg-type]
+    try:
+        with warnings.catch_warnings():
+            # One process reads without a process group, as meant; torch warns that it does.
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(parts, checkpoint_id=folder / "dcp")
+    except Exception as err:
+        raise _misfit(folder, err) from None
+    return {
+        e.name: parts[e.name] if e.weights else Whole(parts[e.name]) for e in registry if e.sharded
+    }

@@ -88,6 +88,7 @@ def run_setup(trainer: Trainer) -> dict[str, Any]:
         "accumulation": trainer.accumulation, "device": trainer.device.type,
         "precision": str(t.precision), "threads": torch.get_num_threads(),
         "workers": int(getattr(trainer.task.train_loader, "num_workers", 0) or 0),
+        "sharding": "fsdp" if trainer.sharded else "none",
     }  # fmt: skip
 
 
@@ -100,7 +101,9 @@ _SETUP_REASONS = {
     "device": ("device", "other kernels round differently"),
     "precision": ("precision", "other rounding"),
     "threads": ("CPU threads", "sums reduce in another order"),
-}
+    "sharding": ("sharding", "the state moves between shards and whole tensors through "
+                 "torch.distributed.checkpoint, sums reduce in another order"),
+}  # fmt: skip
 # Keys whose change splits a step differently: the loader position cannot carry over.
 _LAYOUT = ("world_size", "micro_batch", "accumulation", "workers")
 

@@ -12,6 +12,11 @@ checkpoint code. Each entry says where its state lives:
     per_rank   one value per process (loader position, RNG), gathered to rank 0
     (neither)  one value for the whole run, written by rank 0 into state.pt
 
+A sharded part (`ShardedPart`) also gives its state keyed by parameter name, as
+torch.distributed.checkpoint keeps it, and takes `Whole` state: the whole, unsharded state a
+run of the other kind wrote (a plain checkpoint read by an FSDP run, a sharded one gathered
+for a plain run), which it loads with torch's full-state-dict loading.
+
 `layout_bound` marks state that only the same process count, micro-batch and accumulation
 can continue (the loader position, a half-accumulated window); a run that moves to another
 split leaves it fresh and restarts at the step boundary (`engine.trainer`).
@@ -48,6 +53,25 @@ from trainforge.engine.state import capture_rng, restore_rng
 class Stateful(Protocol):
     def state_dict(self) -> Any: ...
     def load_state_dict(self, state: Any) -> None: ...
+
+
+class ShardedPart(Stateful, Protocol):
+    """A part registered `sharded`: its `load_state_dict` also takes `Whole` state."""
+
+    def named_state_dict(self) -> Any:
+        """The state keyed by parameter name (DTensor shards under FSDP, whole tensors
+        otherwise): the form torch.distributed.checkpoint writes and reshards on load."""
+        ...
+
+
+@dataclass(frozen=True)
+class Whole:
+    """State that a run of the other kind wrote, whole and unsharded: model weights by
+    parameter name, optimizer state by parameter name (a sharded checkpoint gathered
+    through torch.distributed.checkpoint) or by index (`optimizer.state_dict()` of a plain
+    run). A `ShardedPart` loads it with `StateDictOptions(full_state_dict=True)`."""
+
+    state: Any
 
 
 @dataclass(frozen=True)
@@ -93,17 +117,24 @@ class ModelState:
     def state_dict(self) -> dict[str, torch.Tensor]:
         if not self.sharded:
             return self.model.state_dict()
+        return self.named_state_dict()
+
+    def named_state_dict(self) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         return get_model_state_dict(self.model)
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        if not self.sharded:
-            self.model.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, torch.Tensor] | Whole) -> None:
+        whole = isinstance(state, Whole)
+        weights = state.state if isinstance(state, Whole) else state
+        if not self.sharded:  # plain weights are keyed by name either way
+            self.model.load_state_dict(weights)
             return
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(self.model, state)
+        # Whole weights: every rank holds them all and keeps its own shard of each.
+        options = StateDictOptions(full_state_dict=whole)
+        set_model_state_dict(self.model, weights, options=options)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on CPU (under FSDP a collective: every rank calls it,
@@ -119,6 +150,10 @@ class ModelState:
         return get_model_state_dict(self.model, options=options)
 
 
+# Param-group keys that choose an optimizer's kernels, not its maths.
+KERNEL_KEYS = ("fused", "foreach", "capturable", "differentiable")
+
+
 class OptimizerState:
     """An optimizer's state: its own, or keyed by parameter name and sharded under FSDP."""
 
@@ -128,17 +163,49 @@ class OptimizerState:
     def state_dict(self) -> dict[str, Any]:
         if not self.sharded:
             return self.optimizer.state_dict()
+        return self.named_state_dict()
+
+    def named_state_dict(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         return get_optimizer_state_dict(self.model, self.optimizer)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not self.sharded:
-            self.optimizer.load_state_dict(state)
-            return
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+    def load_state_dict(self, state: dict[str, Any] | Whole) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
 
-        set_optimizer_state_dict(self.model, self.optimizer, state)
+        if isinstance(state, Whole):
+            named = self.by_name(state.state)
+            # The other kind of run chose its own kernels (FSDP: no fused AdamW); this run
+            # keeps its own, and the step counters land where they need them.
+            own = [{k: g[k] for k in KERNEL_KEYS if k in g} for g in self.optimizer.param_groups]
+            groups = [{**g, **o} for g, o in zip(named["param_groups"], own, strict=True)]
+            named = {**named, "param_groups": groups}
+            options = StateDictOptions(full_state_dict=True)
+            set_optimizer_state_dict(self.model, self.optimizer, named, options=options)
+        elif not self.sharded:
+            self.optimizer.load_state_dict(state)
+        else:
+            set_optimizer_state_dict(self.model, self.optimizer, state)
+
+    def by_name(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A plain `optimizer.state_dict()` (by parameter index) keyed by parameter name, as
+        torch.distributed.checkpoint keys it; state keyed by name comes back as it is. The
+        indices follow this optimizer's parameter groups: the same builder made both."""
+        groups = state["param_groups"]
+        if not all(isinstance(i, int) for g in groups for i in g["params"]):
+            return state
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        index: dict[int, str] = {}
+        for saved, group in zip(groups, self.optimizer.param_groups, strict=True):
+            for i, param in zip(saved["params"], group["params"], strict=True):
+                index[i] = names[id(param)]
+        return {
+            "state": {index[i]: value for i, value in state["state"].items()},
+            "param_groups": [{**g, "params": [index[i] for i in g["params"]]} for g in groups],
+        }
 
 
 class ScheduleState:
