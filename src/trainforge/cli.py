@@ -390,6 +390,14 @@ def targets_cmd(ctx: typer.Context) -> None:
     _exit_with(targets_main(list(ctx.args)))
 
 
+@app.command("render", context_settings=_FORWARD, add_help_option=False)
+def render_cmd(ctx: typer.Context) -> None:
+    """Render a run for SkyPilot or Kubeflow: `render skypilot|kubeflow CONFIG --nodes N`."""
+    from trainforge.launch.render_cli import main as render_main
+
+    _exit_with(render_main(list(ctx.args)))
+
+
 @app.command("export", context_settings=_FORWARD, add_help_option=False)
 def export_cmd(ctx: typer.Context) -> None:
     """Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."""

@@ -112,7 +112,7 @@ PRINTED: list[tuple[str, str | None, str]] = [
     ),
 ]
 QUICK_TRAINFORGE = {"validate", "config", "profiles", "detect", "doctor", "jetson-wheel", "slurm"}
-WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve"}
+WRITING_TRAINFORGE = {"train", "export", "bench-infer", "report", "serve", "render"}
 # A 2-step run cannot hold a config's warmup (e.g. g2p_cmudict.yaml's 200 steps).
 TRAIN_SUFFIX = ("--set", "checkpoint.save_steps=2", "--set", "schedule.warmup_steps=0")
 SMALL_BATCH = ("--set", "training.per_device_train_batch_size=16")
