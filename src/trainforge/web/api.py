@@ -15,21 +15,21 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge.errors import UserError
 from trainforge.runfolder import resume_command
+from trainforge.web.api_models import ErrorsOut, RunOut, TrainRequest
 from trainforge.web.app_state import AppState
 from trainforge.web.cli_runs import signalable
 from trainforge.web.db import RunRecord
 from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
-from trainforge.web.limits import MAX_ITEM, MAX_ITEMS, MAX_NAME, MAX_PATH, cut
+from trainforge.web.limits import MAX_NAME, MAX_PATH, cut
 from trainforge.web.model_list import list_models
 from trainforge.web.paths import shown
 from trainforge.web.run_files import log_tail, read_records
@@ -38,82 +38,6 @@ from trainforge.web.settings import is_plain_name, is_trial_id
 router = APIRouter(prefix="/api")
 _HEARTBEAT_S = 15.0
 _EVENT_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "event stream"}}
-
-
-class TrainRequest(BaseModel):
-    """The Train Model dialog's fields; empty ones keep the run config's value."""
-
-    model_config = ConfigDict(extra="forbid")
-    config: str = Field(
-        max_length=MAX_PATH,
-        description="Run config file under config/, e.g. config/vit_digits.yaml.",
-    )
-    output_name: str = Field(
-        max_length=MAX_NAME,
-        description="Run folder name (and output model name for causal-lm).",
-    )
-    task: Literal["image-classification", "causal-lm"] | None = None
-    base_model: str | None = Field(
-        None, max_length=MAX_NAME, description="causal-lm: a folder name under models/."
-    )
-    dataset: str | None = Field(
-        None,
-        max_length=MAX_PATH,
-        description="digits/cifar10/image-folder, or causal-lm's records file.",
-    )
-    epochs: float | None = None
-    learning_rate: float | None = None
-    batch_size: int | Literal["auto"] | None = None
-    profile: str = Field("auto", max_length=MAX_NAME)
-    overrides: list[Annotated[str, Field(max_length=MAX_ITEM)]] = Field(
-        default_factory=list, max_length=MAX_ITEMS, description="KEY=VALUE config overrides."
-    )
-    overwrite: bool = False
-
-
-class RunOut(BaseModel):
-    id: str
-    task: str
-    config: str
-    profile: str
-    status: Literal["queued", "running", "stopping", "stopped", "completed", "failed", "cancelled"]
-    position: int | None = Field(
-        None, description="Place in the queue (1: next); None unless queued."
-    )
-    message: str | None
-    pid: int | None
-    exit_code: int | None
-    attempts: int
-    argv: list[str]
-    output_model: str | None
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    step: int
-    epoch: float | None
-    total_steps: int | None
-    latest: dict[str, dict[str, Any]]
-    num_records: int
-    checkpoints: list[str]
-    interrupted_checkpoint: bool
-    report: str | None
-    resumable: bool
-    origin: str = Field(
-        "app", description="'app', or 'command line' for a run `trainforge train` started."
-    )
-    model_ready: bool = Field(False, description="The output model folder has been written.")
-    telemetry_note: str = Field("", description="What stands in for telemetry while none came.")
-    page: str = Field("", description="The run's page (a sweep's: the sweep page).")
-    api: str = Field("", description="The base of the run's API (status, events, log).")
-    stop_hint: str = Field("", description="A command-line run: how to stop it where it runs.")
-    can_stop: bool = Field(
-        False, description="A command-line run this server can signal (same user): Stop works."
-    )
-
-
-class ErrorsOut(BaseModel):
-    detail: list[dict[str, Any]]
-    errors: dict[str, list[str]]
 
 
 def _state(request: Request) -> AppState:

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from trainforge.sweep.study import SweepFolder
-from trainforge.web.api import RunOut, event_stream, metrics_after, status_response
+from trainforge.web.api import event_stream, metrics_after, status_response
+from trainforge.web.api_models import RunOut
 from trainforge.web.app_state import AppState
 from trainforge.web.db import RunRecord
 from trainforge.web.paths import shown
