@@ -35,7 +35,7 @@ def candidates(runs_path: Path) -> list[str]:
 
 def _run(runs_path: Path, name: str) -> RunFolder:
     parts = Path(name).parts
-    if not parts or len(parts) > 2 or any(p in ("..", ".") or p.startswith(".") for p in parts):
+    if not parts or len(parts) > 2 or not all(is_plain_name(p) for p in parts):
         raise HTTPException(400, f"{name!r} is not a run under the runs folder")
     run = RunFolder(runs_path.joinpath(*parts))
     if not run.is_run():
