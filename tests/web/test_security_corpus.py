@@ -237,11 +237,19 @@ def test_query_and_path_parameters_refuse_paths_out_of_the_project(corpus, value
             response = client.request(method, path, headers=AUTH)
             assert response.status_code in (400, 404, 405, 409, 422), (path, response.status_code)
             clean(response)
-    response = client.get("/api/train/defaults", params={"config": value}, headers=AUTH)
-    answer = response.json()
-    assert answer["errors"]["config"] and "profile" not in answer  # nothing read from it
-    assert set(answer["values"]) <= {"config"}
-    clean(response)
+        query = [p.name for p in getattr(route, "dependant", None).query_params] if (
+            isinstance(route, APIRoute)) else []  # fmt: skip
+        for param in query:  # the event streams are left out: they follow a run
+            if streams(route):
+                continue
+            path = re.sub(r"\{(\w+)\}", PLAIN, route.path)
+            response = client.request(method, path, params={param: value}, headers=AUTH)
+            assert response.status_code in (200, 400, 404, 409, 422), (path, param)
+            clean(response)
+            if response.status_code == 200 and route.path == "/api/train/defaults":
+                answer = response.json()  # the dialog's errors; nothing read from the file
+                assert answer["errors"][param] and "profile" not in answer, answer
+                assert set(answer["values"]) <= {"config"}
 
 
 def sweep(corpus, **changes) -> Any:
