@@ -9,7 +9,9 @@ process: its recipe is recorded, `trainforge train --resume` continues it, and a
 process died resumes from its checkpoint when the sweep goes on.
 
 Modules: `space` (the space file, validated against the run-config schema), `study` (the
-sweep folder, its journal and what the study holds), `trial` (one trial's child process),
+sweep folder, its journal and what the study holds), `sampler` (each trial's point, keyed by
+(seed, trial number), never one the journal holds), `trial` (one trial's child process),
+`latency` (an edge sweep's export and batch-1 timing of a trial),
 `pruning` (the callback that reports validations to the pruner, inside the child), `runner`
 (the loop that pulls trials), `summary` (status table, summary.csv, summary.md),
 `report` (report.html), `slurm` (the job-array script), `cli` (`trainforge sweep`).

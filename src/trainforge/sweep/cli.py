@@ -18,7 +18,7 @@ from typing import Any
 
 from trainforge.errors import UserError
 from trainforge.sweep.latency import FORMATS as LATENCY_FORMATS
-from trainforge.sweep.latency import LATENCY
+from trainforge.sweep.latency import LATENCY, LATENCY_BUDGET_MS
 from trainforge.sweep.space import DIRECTIONS, Space, check_against_schema, read_space, yaml_scalar
 from trainforge.sweep.study import SweepFolder, record_sweep
 
@@ -325,13 +325,11 @@ def _latency_options(plan: dict[str, Any], own: dict[str, Any], names: list[str]
     if LATENCY not in names:
         given = [f"--{k}" for k in ("export-format", "latency-budget-ms") if k in own]
         return [f"{' and '.join(given)}: only with --objective latency_ms:min"] if given else []
-    from trainforge.export.bench import EDGE_TARGET_MS
-
     fmt = own.get("export-format", "onnx")
     problems = [] if fmt in LATENCY_FORMATS else [
         f"--export-format {fmt}: use {' or '.join(LATENCY_FORMATS)}"]  # fmt: skip
     try:
-        budget = float(own.get("latency-budget-ms", EDGE_TARGET_MS))
+        budget = float(own.get("latency-budget-ms", LATENCY_BUDGET_MS))
     except ValueError:
         budget = -1.0
     if not budget > 0:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trainforge.runfolder import RunFolder
 from trainforge.sweep import study as studies
-from trainforge.sweep.latency import LATENCY
+from trainforge.sweep.latency import LATENCY, read_latency
 from trainforge.sweep.study import REASON_ATTR, SweepFolder
 
 FIELDS = ("trial", "number", "state", "value", "steps", "time_s", "best", "params", "reason")
@@ -235,7 +236,7 @@ def best_lines(folder: SweepFolder, found: list[Row], request: dict[str, Any]) -
                 ", within budget" if r.within_budget else ", over budget")  # fmt: skip
             lines.append(
                 f"  {r.trial}: {metric} {_fmt(r.value)}, latency {_fmt(r.latency_ms)} ms"
-                f"{budget}; {folder.path / r.trial}"
+                f"{budget}; {folder.path / r.trial}{_exported(folder.path / r.trial)}"
             )
         return lines
     best = next((r for r in found if r.best), None)
@@ -246,6 +247,14 @@ def best_lines(folder: SweepFolder, found: list[Row], request: dict[str, Any]) -
         f"best: {best.trial} ({metric} {_fmt(best.value)}): {run}",
         f"export it: trainforge export {run} --format onnx",
     ]
+
+
+def _exported(run_dir: Path) -> str:
+    """ ", exported to FOLDER": the artifact an edge sweep timed (from its latency.json)."""
+    try:
+        return f", exported to {read_latency(run_dir)[1]}"
+    except (OSError, ValueError, KeyError, IndexError):
+        return ""
 
 
 def status(folder: SweepFolder) -> list[str]:

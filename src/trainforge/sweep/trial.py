@@ -10,7 +10,9 @@ dies (PR_SET_PDEATHSIG), so it saves a checkpoint instead of training on unwatch
 Outcomes: exit 0 with a `pruned` stop reason -> PRUNED; exit 0 -> COMPLETE with the metric
 of the final validation; stopped by a signal (exit 128+N, or killed) -> back to the queue
 (the trial resumes when the sweep goes on); any other exit -> FAIL with the child's last
-line on stderr as its one-line reason.
+line on stderr as its one-line reason. In a sweep with the `latency_ms` objective a COMPLETE
+trial is then exported and timed by the export package's commands (`sweep.latency`); their
+failure fails it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from trainforge.runfolder import RunFolder
 from trainforge.sweep.latency import LATENCY, read_latency
-from trainforge.sweep.latency import command as latency_command
+from trainforge.sweep.latency import commands as latency_commands
 from trainforge.sweep.pruning import PRUNED_PREFIX, TRIAL_ENV, trial_env
 from trainforge.sweep.space import set_flags
 from trainforge.sweep.study import SweepFolder, objectives
@@ -135,11 +137,12 @@ def _with_latency(
 ) -> Outcome:  # fmt: skip
     """The trained trial exported and timed (`sweep.latency`), its latency added."""
     fmt = request.get("export_format") or "onnx"
-    code = _child(latency_command(run_dir, fmt), dict(os.environ), log_path, request, started)
-    if code < 0 or code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGUSR1):
-        return Outcome(REQUEUE, reason=f"stopped by a signal while timing (exit {code})")
-    if code != 0:
-        return Outcome(FAIL, reason=f"export for latency: {last_line(log_path)}")
+    for args in latency_commands(run_dir, fmt):
+        code = _child(args, dict(os.environ), log_path, request, started)
+        if code < 0 or code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGUSR1):
+            return Outcome(REQUEUE, reason=f"stopped by a signal while timing (exit {code})")
+        if code != 0:
+            return Outcome(FAIL, reason=f"{args[3]} for latency_ms: {last_line(log_path)}")
     latency_ms, _ = read_latency(run_dir)
     return Outcome(COMPLETE, result.value, latency_ms=latency_ms)
 
