@@ -253,14 +253,20 @@ class ShardedStorage:
         parts = c.registry.state_dict(lambda e: e.sharded)
         try:
             dcp.load(parts, checkpoint_id=folder / "dcp")
-        except Exception as err:
+        except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
             raise _misfit(folder, err) from None
         return parts
 
 
 def _misfit(folder: Path, err: BaseException) -> UserError:
+    from torch.distributed.checkpoint import CheckpointException
+
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    # torch.distributed.checkpoint wraps each rank's error with its traceback: the cause
+    # is that traceback's last line.
+    reason = lines[-1] if isinstance(err, CheckpointException) else lines[0]
     return UserError(
-        f"checkpoint {folder} does not fit this model: {(str(err).splitlines() or [''])[0]}",
+        f"checkpoint {folder} does not fit this model: {reason}",
         "resume with the model settings the checkpoint was trained with",
     )
 
@@ -282,7 +288,7 @@ def _whole_from_dcp(registry: StateRegistry, folder: Path) -> dict[str, Any]:
             # One process reads without a process group, as meant; torch warns that it does.
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
             dcp.load(parts, checkpoint_id=folder / "dcp")
-    except Exception as err:
+    except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
         raise _misfit(folder, err) from None
     return {
         e.name: parts[e.name] if e.weights else Whole(parts[e.name]) for e in registry if e.sharded
