@@ -496,3 +496,19 @@ def test_auto_on_cuda_probes_real_steps_and_matches_the_fitted_numbers(tmp_path,
     a = load_file(str(auto.run_dir / "model.safetensors"))
     b = load_file(str(direct.run_dir / "model.safetensors"))
     assert relative_difference(a, b) < 1e-4  # all but the attention key bias (fakes.weights)
+
+
+def test_a_resumed_auto_run_on_another_process_count_keeps_its_batch(monkeypatch):
+    """12 x 2 = 24 on one process, resumed on 3: the fitted micro-batch stays the cap, the
+    effective batch stays 24 (3 processes x 8), the accumulation is planned again."""
+    from trainforge import parallel
+    from trainforge.engine.batch_fit import kept_batch
+
+    monkeypatch.setattr(parallel, "_CONTEXT", parallel.DistContext(world_size=3))
+    plan, line = kept_batch(12, 2, 24)
+    assert (plan.micro_batch, plan.accumulation, plan.global_batch) == (8, 1, 24)
+    assert "= global 24 (kept from the checkpoint" in line
+    monkeypatch.setattr(parallel, "_CONTEXT", parallel.DistContext(world_size=5))
+    plan, line = kept_batch(12, 2, 24)  # 5, 5, 5, 5 and 4
+    assert (plan.micro_batch, plan.global_batch) == (5, 24)
+    assert line.startswith("batch fit: micro-batch 4-5 x accumulation 1 x 5 processes = global 24")
