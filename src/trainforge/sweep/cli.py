@@ -1,18 +1,22 @@
 """`trainforge sweep`: check the space against the schema, then run (or continue) the sweep;
 `trainforge sweep status runs/NAME`: the table of trials.
 
-`trainforge sweep CONFIG --space SPACE.yaml --trials N [--name NAME] [--parallel K]
+`trainforge sweep CONFIG --space SPACE.yaml --trials N|+N [--name NAME] [--parallel K]
 [--metric NAME] [--direction maximize|minimize] [--pruner median|asha|none]
+[--objective METRIC:max --objective latency_ms:min [--export-format onnx|int8]]
 [--slurm SLURM OPTIONS [--submit]] [train flags...]`. The train flags (`--max_steps`,
 `--set ...`) apply to every trial. Every problem of the space, the config and the flags is
 one line, all in one pass, exit 2, and nothing is written. Running the same command again
-continues the sweep in `runs/NAME`. The sweep's own options are read by hand (like
-`config.flags`), because everything else on the line is a train flag passed through.
+continues the sweep in `runs/NAME`; `--trials +N` adds N trials to it. Exit codes: 0 when a
+trial completed, 1 when none did, 130 when a signal stopped the sweep. The sweep's own
+options are read by hand (like `config.flags`), because everything else on the line is a
+train flag passed through.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -376,8 +380,6 @@ def run_sweep(plan: dict[str, Any]) -> int:
 
 def _verdict(folder: SweepFolder) -> int:
     """0 when a trial completed; else one line on stderr with the first reason and the fix."""
-    import sys
-
     from trainforge.sweep.summary import counts, counts_text, rows
 
     found, request = rows(folder)
