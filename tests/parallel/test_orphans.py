@@ -91,17 +91,19 @@ def test_a_parent_that_ends_is_not_watched_outside_a_launcher():
 
 
 def test_the_watch_stops_only_when_the_parent_changed(tmp_path: Path):
-    """In a child process: the watch passes while its parent lives and ends the process with
-    one line and exit code 2 once the recorded launcher is not its parent any more."""
+    """In a child process: the watch passes while its parent lives (or a stop already saved
+    and is ending the run) and ends the process with one line and exit code 2 once the
+    recorded launcher is not its parent any more."""
     script = (
         "import os\n"
         "from types import SimpleNamespace\n"
         "from trainforge.engine.callbacks import LauncherWatch\n"
-        "trainer = SimpleNamespace(state=SimpleNamespace(global_step=7))\n"
+        "trainer = SimpleNamespace(state=SimpleNamespace(global_step=7), should_stop=False)\n"
+        "gone = LauncherWatch(os.getppid() + 100000, 'trainforge train --resume runs/x')\n"
         "LauncherWatch(os.getppid(), 'trainforge train --resume runs/x').on_step_end(trainer)\n"
-        "print('still training', flush=True)\n"
-        "LauncherWatch(os.getppid() + 100000, 'trainforge train --resume runs/x')"
-        ".on_step_end(trainer)\n"
+        "gone.on_step_end(SimpleNamespace(state=trainer.state, should_stop=True))\n"
+        "print('still training', flush=True)\n"  # a stop under way ends by itself
+        "gone.on_step_end(trainer)\n"
         "print('not reached', flush=True)\n"
     )
     done = subprocess.run(

@@ -278,6 +278,8 @@ class LauncherWatch(Callback):
     def on_step_end(self, trainer: Trainer) -> None:
         if self.parent_pid is None or os.getppid() == self.parent_pid:
             return
+        if trainer.should_stop:  # a stop already saved its checkpoint: it ends by itself
+            return
         line = (
             f"trainforge: the launcher (process {self.parent_pid}) is gone; stopping at step "
             f"{trainer.state.global_step} without saving. continue the run from its newest "
