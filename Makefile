@@ -51,11 +51,12 @@ test-dist: $(STAMP)
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2; }
 	$(PYTEST) -m "dist and not gpu" -q
 
-# A real single-node Slurm (Debian's slurm-wlm with munge) that tests/launch/conftest.py
-# configures and starts on this machine; runs as root and installs the packages when missing.
+# Real Slurm clusters (Debian's slurm-wlm with munge) that benchmarks/slurm_cluster.py configures
+# and starts on this machine: one node, and two nodes in network namespaces (`ip netns`,
+# iproute2); runs as root and installs the packages when missing.
 test-slurm: $(STAMP)
-	command -v slurmctld >/dev/null && command -v munged >/dev/null || \
-		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; }
+	command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v ip >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge iproute2; }
 	$(PYTEST) -m slurm -q
 
 # Browser tests drive a real headless Chromium through Playwright. Playwright's own browser

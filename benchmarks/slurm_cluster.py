@@ -211,6 +211,8 @@ JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
+# A requeued job starts within 2 s of being eligible (defaults: 30 s backfill, 60 s main pass).
+SchedulerParameters=bf_interval=2,sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2

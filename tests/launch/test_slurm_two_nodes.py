@@ -74,13 +74,15 @@ def assert_on_one_process_trajectory(run_dir: Path, reference: Path) -> None:
 
 
 def assert_segments_on_both_nodes(run_dir: Path) -> None:
-    segments = json.loads((run_dir / "run.json").read_text()).get("segments")
-    if segments is None:  # run.json without segments: the log's world size says it instead
-        return
+    """run.json's segments: the start, the USR1 requeue and the node-fail requeue, each with
+    one process on node1 and one on node2; the USR1 restart timed from its stop."""
+    segments = json.loads((run_dir / "run.json").read_text())["segments"]
     assert len(segments) == 3, segments
     for segment in segments:
-        hosts = sorted(node["host"] for node in segment["nodes"])
-        assert hosts == list(NODES), segment
+        placed = sorted((node["host"], node["processes"]) for node in segment["nodes"])
+        assert placed == [(NODES[0], 1), (NODES[1], 1)], segment
+    assert segments[0]["stop_signal"] == "SIGUSR1" and segments[1]["recovery_s"] > 0, segments
+    assert segments[2]["resume"] == "exact", segments  # same nodes and processes: bitwise
 
 
 def test_two_node_job_requeues_on_usr1_and_on_a_lost_node_and_stays_on_trajectory(
