@@ -134,17 +134,7 @@ class Checkpointer:
         stay fresh, and a process the checkpoint had no state for takes rank 0's."""
         model_state, state, meta = ckpt.load_checkpoint(folder)
         state = _upgrade(state, meta)
-        written_sharded, sharded = model_state is None, isinstance(self.storage, ShardedStorage)
-        if written_sharded == sharded:
-            saved = self.storage.load_parts(self, folder, model_state)
-        elif written_sharded:  # a plain run: each sharded part gathered whole
-            saved = _whole_from_dcp(self.registry, folder)
-        else:  # an FSDP run: the plain checkpoint's whole tensors, each rank keeps its shard
-            saved = {
-                e.name: Whole(model_state if e.weights else state.get(e.name))
-                for e in self.registry
-                if e.sharded
-            }
+        saved = self._sharded_parts(folder, model_state, state)
         if not moved:
             self._check_world_size(folder, state)
         ranks = state.get("per_rank") or [state]
@@ -170,6 +160,20 @@ class Checkpointer:
                     raise
                 raise _misfit(folder, err) from None
         return meta
+
+    def _sharded_parts(self, folder: Path, model_state: Any, state: dict) -> dict[str, Any]:
+        """{name: state} of the parts this run shards under FSDP (weights, optimizer), read
+        the way the checkpoint was written and this run needs them."""
+        if (model_state is None) == isinstance(self.storage, ShardedStorage):
+            return self.storage.load_parts(self, folder, model_state)
+        if model_state is None:  # a plain run: each sharded part gathered whole
+            return _whole_from_dcp(self.registry, folder)
+        # An FSDP run: the plain checkpoint's whole tensors; each rank keeps its shard.
+        return {
+            e.name: Whole(model_state if e.weights else state[e.name])
+            for e in self.registry
+            if e.sharded and (e.weights or e.name in state)
+        }
 
     def _check_world_size(self, folder: Path, state: dict[str, Any]) -> None:
         saved_world = int(state.get("world_size") or 1)
