@@ -52,14 +52,7 @@ def make_loader(
     """
     if batch_size < 1:
         raise UserError(f"batch size is {batch_size}, it must be at least 1")
-    # A data set held on the device is gathered there: no worker processes, nothing to pin.
-    num_workers = 0 if on_device else int(cfg.dataloader_num_workers)
-    if num_workers < 0:
-        raise UserError(
-            f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
-            "set it to 0 to load in the main process",
-        )
-    note_too_many_workers(num_workers)
+    num_workers = _num_workers(cfg, on_device)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "drop_last": False,  # val must see every sample; train keeps the tail batch too
@@ -93,6 +86,19 @@ def make_loader(
             options["prefetch_factor"] = int(cfg.prefetch_factor)
         options["persistent_workers"] = bool(cfg.persistent_workers)
     return StatefulDataLoader(dataset, **options)
+
+
+def _num_workers(cfg: Any, on_device: bool) -> int:
+    """The loader's worker processes, checked (and said when they outnumber the CPUs)."""
+    # A data set held on the device is gathered there: no worker processes, nothing to pin.
+    num_workers = 0 if on_device else int(cfg.dataloader_num_workers)
+    if num_workers < 0:
+        raise UserError(
+            f"data.dataloader_num_workers is {num_workers}, it must be 0 or more",
+            "set it to 0 to load in the main process",
+        )
+    note_too_many_workers(num_workers)
+    return num_workers
 
 
 def _keyed(dataset: Dataset, seed: int, batched_fetch: bool, num_workers: int) -> KeyedDataset:
