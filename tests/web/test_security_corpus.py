@@ -353,3 +353,17 @@ def test_a_run_folder_named_with_html_is_shown_the_same_way_on_every_page(corpus
     assert "runs/&lt;b&gt;bold&lt;img src=x onerror=alert(2)&gt;" in named and "Rename" in named
     for page in PAGES:
         clean(client.get(page, headers=AUTH), "<img src=x", "<b>bold")
+
+
+LAUGHS = "[" + ",".join(["&a [x,x,x,x,x,x,x,x,x]"] + [f"&{c} [*{p}" + f",*{p}" * 8 + "]"
+                         for p, c in zip("abcdefgh", "bcdefghi", strict=True)]) + "]"  # fmt: skip
+
+
+def test_yaml_aliases_that_stand_for_billions_of_values_are_refused_at_once(corpus):
+    client = corpus.client
+    form = run_form(output_name="corpus-laughs", overrides=[f"training.seed={LAUGHS}"])
+    response = client.post("/api/runs", json=form, headers=AUTH)
+    assert response.status_code == 422 and "alias" in response.json()["errors"]["overrides"][0]
+    assert sweep(corpus, space=f"params: {LAUGHS}\n").status_code == 422
+    refused = sweep(corpus, args=["--set", f"training.seed={LAUGHS}"])
+    assert refused.status_code == 422 and "alias" in refused.json()["errors"][0]

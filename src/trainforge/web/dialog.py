@@ -25,6 +25,7 @@ from trainforge.errors import UserError
 from trainforge.hardware import Platform, pick_profile
 from trainforge.profiles import list_profiles
 from trainforge.registry import TASKS
+from trainforge.web.limits import yaml_alias
 from trainforge.web.model_list import list_model_names
 from trainforge.web.paths import (
     PathRefused,
@@ -284,6 +285,8 @@ def _override_problem(settings: WebSettings, item: str) -> str | None:
         return f"{shown(item)} is not KEY=VALUE, e.g. training.max_steps=100"
     if key.startswith(RESERVED_PREFIXES):
         return f"{shown(key)} is set by the dialog or the server, not here"
+    if yaml_alias(item):
+        return f"{shown(key)}: a YAML alias (*name) is not taken here; write the value out"
     return override_problem(settings, item, "overrides")
 
 

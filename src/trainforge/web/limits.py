@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+import yaml
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,6 +36,21 @@ TOO_LARGE = (
 def cut(line: str, limit: int = MAX_LINE) -> str:
     """An error line as an answer repeats it: at most `limit` characters."""
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def yaml_alias(text: str) -> bool:
+    """Whether YAML `text` refers back to an anchor (`*name`): a few hundred characters of
+    nested aliases (a "billion laughs") stand for billions of values once something walks
+    them, so the web app refuses aliases in what it parses (no space file or override needs
+    them). A `KEY=VALUE` override is judged by its value, which is parsed alone."""
+    return any(_aliased(part) for part in (text, text.partition("=")[2]))
+
+
+def _aliased(text: str) -> bool:
+    try:
+        return any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text))
+    except yaml.YAMLError:
+        return False  # not YAML: nothing parses it as such
 
 
 class _TooLarge(HTTPException):

@@ -26,7 +26,15 @@ from trainforge.profiles import list_profiles
 from trainforge.runfolder import RunFolder
 from trainforge.sweep.study import SweepFolder
 from trainforge.web.db import RunRecord
-from trainforge.web.limits import MAX_ITEM, MAX_ITEMS, MAX_NAME, MAX_PATH, MAX_TEXT, cut
+from trainforge.web.limits import (
+    MAX_ITEM,
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_PATH,
+    MAX_TEXT,
+    cut,
+    yaml_alias,
+)
 from trainforge.web.paths import (
     PathRefused,
     config_file,
@@ -174,7 +182,7 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     existing = state.registry.get(name)
     if existing is not None and existing.active:
         raise HTTPException(409, f"sweep {name} is {existing.status}")
-    config, problems = _path_problems(state.settings, body)
+    config, problems = _request_problems(state.settings, body)
     if problems:  # nothing was read from a path the rule refused
         return JSONResponse({"errors": [cut(line) for line in problems]}, status_code=422)
     space_path = state.settings.logs_path.parent / "sweeps" / f"{name}.yaml"
@@ -198,15 +206,20 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
                         else {"name": name, "status": record.status}, status_code=201)  # fmt: skip
 
 
-def _path_problems(settings: Any, body: SweepRequest) -> tuple[Path | None, list[str]]:
-    """(the run config's checked path, every path the web app's rule refuses in the request:
-    the config, and any path the train flags name)."""
+def _request_problems(settings: Any, body: SweepRequest) -> tuple[Path | None, list[str]]:
+    """(the run config's checked path, every problem found before anything is read: a
+    path the web app's rule refuses (the config, any path the train flags name), a YAML
+    alias in the space or a flag)."""
     from trainforge.config import flags as run_flags
 
     try:
         config = config_file(settings, body.config)
     except PathRefused as err:
         return None, [str(err)]
+    aliased = [a for a in body.args if yaml_alias(a)]
+    if yaml_alias(body.space) or aliased:
+        where = "the space" if not aliased else f"train flag {shown(aliased[0])}"
+        return config, [f"{where}: a YAML alias (*name) is not taken here; write the value out"]
     try:
         args = run_flags.parse(list(body.args))
     except UserError as err:
