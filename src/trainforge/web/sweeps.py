@@ -138,7 +138,8 @@ def outcome(record: RunRecord | None, found: list[Any], total: int) -> tuple[str
 
 
 def sweep_outcome(state: Any, name: str, record: RunRecord | None) -> tuple[str, str | None]:
-    """`outcome` of the sweep `name` without its curves, for the lists."""
+    """`outcome` of the sweep `name` without its curves, for the lists. The journal is read
+    again only when it or the queue entry changed: the Sweeps page asks every 2 s."""
     from trainforge.sweep.summary import rows
 
     folder = _sweep_folder(state, name)
@@ -146,10 +147,22 @@ def sweep_outcome(state: Any, name: str, record: RunRecord | None) -> tuple[str,
     if (record is not None and record.active) or not folder.is_sweep():
         return plain
     try:
+        info = folder.journal.stat()
+    except OSError:
+        return plain
+    stamp = (info.st_size, info.st_mtime_ns, plain)
+    cached = _OUTCOMES.get(folder.path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
         found, request = rows(folder)
     except (OSError, ValueError, UserError):
         return plain
-    return outcome(record, found, request["trials"])
+    _OUTCOMES[folder.path] = (stamp, outcome(record, found, request["trials"]))
+    return _OUTCOMES[folder.path][1]
+
+
+_OUTCOMES: dict[Path, tuple[tuple, tuple[str, str | None]]] = {}
 
 
 @router.get("/sweeps")
