@@ -380,7 +380,7 @@ def run_sweep(plan: dict[str, Any]) -> int:
 
 def _verdict(folder: SweepFolder) -> int:
     """0 when a trial completed; else one line on stderr with the first reason and the fix."""
-    from trainforge.sweep.summary import counts, counts_text, rows
+    from trainforge.sweep.summary import counts, rows
 
     found, request = rows(folder)
     if counts(found)["completed"]:
@@ -394,9 +394,9 @@ def _verdict(folder: SweepFolder) -> int:
     else:
         first = next((r.trial for r in found if r.reason), found[0].trial if found else "")
         fix = f"see {folder.logs}/{first}.log, fix the cause, and start a sweep with a new --name"
+    ended = ", ".join(f"{n} {k}" for k, n in counts(found).items() if n and k != "completed")
     print(
-        f"sweep {folder.path}: 0 of {request['trials']} trials completed: {counts_text(found)}"
-        f"{why}. Fix: {fix}",
+        f"sweep {folder.path}: 0 of {request['trials']} trials completed: {ended}{why}. Fix: {fix}",
         file=sys.stderr,
     )
     return 1
