@@ -367,3 +367,13 @@ def test_yaml_aliases_that_stand_for_billions_of_values_are_refused_at_once(corp
     assert sweep(corpus, space=f"params: {LAUGHS}\n").status_code == 422
     refused = sweep(corpus, args=["--set", f"training.seed={LAUGHS}"])
     assert refused.status_code == 422 and "alias" in refused.json()["errors"][0]
+
+
+def test_a_run_report_that_is_a_symlink_out_of_the_runs_folder_is_not_served(corpus):
+    folder = corpus.project / "runs" / "linked-report"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"config_file": "config/vit_digits.yaml"}))
+    (folder / "report.html").symlink_to(Path(corpus.paths["absolute"]))
+    response = corpus.client.get("/runs/linked-report/report", headers=AUTH)
+    assert response.status_code == 404
+    clean(response)

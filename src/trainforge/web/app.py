@@ -231,7 +231,10 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
     def run_report(run_id: str) -> FileResponse:
         record = api._record(state, run_id)
         path = state.settings.run_folder(record.id).report
-        if not path.is_file():
+        # The path rule (web/paths.py): a report that is a symlink out of the runs folder is
+        # not served.
+        inside = path.resolve().is_relative_to(state.settings.runs_path.resolve())
+        if not path.is_file() or not inside:
             raise HTTPException(404, f"run {run_id} has no {path.name} yet")
         return FileResponse(path, media_type="text/html")
 
