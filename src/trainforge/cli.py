@@ -390,6 +390,14 @@ def targets_cmd(ctx: typer.Context) -> None:
     _exit_with(targets_main(list(ctx.args)))
 
 
+@app.command("jobs", context_settings=_FORWARD, add_help_option=False)
+def jobs_cmd(ctx: typer.Context) -> None:
+    """Runs on targets: `jobs [--json]`, `jobs submit|logs|stop|resume|pull ...`."""
+    from trainforge.targets.jobs_cli import main as jobs_main
+
+    _exit_with(jobs_main(list(ctx.args)))
+
+
 @app.command("render", context_settings=_FORWARD, add_help_option=False)
 def render_cmd(ctx: typer.Context) -> None:
     """Render a run for SkyPilot or Kubeflow: `render skypilot|kubeflow CONFIG --nodes N`."""

@@ -247,7 +247,8 @@ def plan(command: Command) -> str | None:
         return None
     head, rest = words[0], words[1:]
     if head == "trainforge" and rest:
-        if rest[0] in QUICK_TRAINFORGE or rest[:2] in (["models", "list"], ["targets", "list"]):
+        listing = rest[:2] in (["models", "list"], ["targets", "list"]) or rest == ["jobs"]
+        if rest[0] in QUICK_TRAINFORGE or listing:
             return "quick"
         if rest[0] in WRITING_TRAINFORGE or rest[:2] == ["models", "init"]:
             return "page"

@@ -47,6 +47,7 @@ def _probe(target: Target) -> str:
         f'{cd}echo "tf-dir=$(pwd)"; {setup}'
         f'for t in {tools}; do echo "tf-tool-$t=$(command -v $t)"; done; '
         'echo "tf-trainforge=$(trainforge --version 2>/dev/null | head -n 1)"; '
+        'echo "tf-bin=$(dirname "$(command -v trainforge)" 2>/dev/null)"; '
         "echo \"tf-partitions=$(sinfo -h -o '%P|%a|%D|%l' 2>/dev/null | tr '\\n' ';')\""
     )
 
@@ -73,8 +74,14 @@ def partitions(listing: str) -> list[Partition]:
 
 def check_target(target: Target) -> list[str]:
     """What the target offers, as lines to print; UserError at the first thing missing."""
+    return probe_target(target)[0]
+
+
+def probe_target(target: Target) -> tuple[list[str], dict[str, str]]:
+    """(the lines `check_target` prints, what the probe found: `bin` is the folder of the
+    remote trainforge after the setup line, which the batch script puts first on PATH)."""
     if target.kind == "local":
-        return ["local: this machine; runs start here (trainforge train)"]
+        return ["local: this machine; runs start here (trainforge train)"], {}
     remote = Remote(target)
     done = remote.run(_probe(target), raw=True, timeout=120)
     facts = _facts(done.out)
@@ -116,4 +123,4 @@ def check_target(target: Target) -> list[str]:
             "set partition to one of those in the targets file",
         )
     lines += [f"partition {p.line()}" for p in found] or ["partitions: none listed by sinfo"]
-    return lines
+    return lines, facts

@@ -110,17 +110,29 @@ class Remote:
         return " && ".join(parts)
 
     def run(
-        self, line: str, *, timeout: float = 60, setup: bool = True, raw: bool = False
+        self,
+        line: str,
+        *,
+        timeout: float = 60,
+        setup: bool = True,
+        raw: bool = False,
+        stdin: str | None = None,
     ) -> Result:
         """Run `line` in a login shell on the target (`bash -lc`, so site profiles define
-        `module`). Connection failures are one UserError line; `raw` runs `line` as given."""
+        `module`), with `stdin` as its input. Connection failures are one UserError line;
+        `raw` runs `line` as given."""
         shell = line if raw else self.script(line, setup=setup)
         argv = ["bash", "-lc", shell]
         if self.target.remote:
             argv = [*self.ssh_words(), "--", self.target.host or "", shlex.join(argv)]
         try:
             done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=stdin,
+                stdin=subprocess.DEVNULL if stdin is None else None,
             )
         except subprocess.TimeoutExpired:
             raise UserError(
@@ -131,6 +143,37 @@ class Remote:
         except FileNotFoundError:
             raise UserError(
                 "ssh is not installed", "install OpenSSH's client (openssh-client)"
+            ) from None
+        if self.target.remote and done.returncode == 255:
+            raise self.connection_error(done.stderr)
+        return Result(done.returncode, done.stdout, done.stderr)
+
+    def rsync_destination(self, folder: str = "") -> str:
+        """`host:path` for rsync: a path relative to the login directory stays relative (rsync
+        does not expand `~` on the far side)."""
+        base = (self.target.remote_dir or "").removeprefix("~/").removeprefix("~")
+        path = "/".join(p.strip("/") for p in (base, folder) if p.strip("/"))
+        if (self.target.remote_dir or "").startswith("/"):
+            path = "/" + path
+        if not self.target.remote:
+            return path or "."
+        return f"{self.target.host}:{path}"
+
+    def rsync(self, args: list[str], *, timeout: float = 600) -> Result:
+        """rsync over the target's ssh (the shared connection), or locally for a login node."""
+        argv = ["rsync", "-a", *args]
+        if self.target.remote:
+            argv[2:2] = ["-e", shlex.join(self.ssh_words())]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise UserError(
+                "rsync is not installed", "install it (apt-get install rsync)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise UserError(
+                f"target {self.target.name}: the copy did not finish in {timeout:.0f} s",
+                "check the connection, then try again",
             ) from None
         if self.target.remote and done.returncode == 255:
             raise self.connection_error(done.stderr)
