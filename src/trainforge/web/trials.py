@@ -7,31 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from trainforge.sweep.study import SweepFolder
 from trainforge.web.api import event_stream, metrics_after, status_response
 from trainforge.web.api_models import RunOut
 from trainforge.web.app_state import AppState
-from trainforge.web.db import RunRecord
-from trainforge.web.paths import shown
 from trainforge.web.run_files import log_tail
-from trainforge.web.settings import is_trial_id
+from trainforge.web.sweeps import trial_record
 
 router = APIRouter(prefix="/api/runs/{sweep}/trials/{trial}")
 _EVENT_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "event stream"}}
-
-
-def trial_record(state: AppState, sweep: str, trial: str) -> RunRecord:
-    """The trial's run, 400 for a name that is no trial's, 404 when its folder holds none."""
-    run_id = f"{sweep}/{trial}"
-    if not is_trial_id(run_id):
-        raise HTTPException(400, f"{shown(run_id)} is not SWEEP/trial-NNN")
-    record = state.get_run(run_id)
-    if record is None:
-        raise HTTPException(404, f"no trial {run_id}")
-    return record
 
 
 def _state(request: Request) -> AppState:
