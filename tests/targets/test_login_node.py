@@ -132,3 +132,45 @@ def test_faults_are_one_line_with_the_fix(login_node, tmp_path):
     assert "(there: debug, gpu)" in said["bad_partition"]
     assert f"remote_dir {tmp_path / 'missing'} does not exist" in said["no_folder"]
     assert "the setup line failed" in said["bad_setup"] and "module" in said["bad_setup"]
+
+
+def test_a_full_remote_disk_during_the_copy_is_one_line_and_nothing_is_submitted(
+    login_node, tmp_path, monkeypatch
+):
+    """The project folder on the cluster is a full tmpfs: the copy fails, the line says to
+    free space, and sbatch (a stand-in that leaves a mark) never runs."""
+    tools = slurm_stand_ins(tmp_path / "slurm-bin")
+    mark = tmp_path / "sbatch-ran"
+    (tools / "sbatch").write_text(f"#!/bin/sh\ntouch {mark}\necho 1\n")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        # Fill it: the last write fails with ENOSPC, as a full disk does.
+        subprocess.run(["dd", "if=/dev/zero", f"of={full}/filler", "bs=4k"], capture_output=True)
+        project = tmp_path / "project"
+        (project / "config").mkdir(parents=True)
+        shutil.copy(
+            Path(__file__).resolve().parents[2] / "config/vit_digits.yaml", project / "config"
+        )
+        setup = f"export PATH={tools}:$PATH && source {VENV_BIN}/activate"
+        path = targets_file(
+            tmp_path, hpc=login_node.target_fields(remote_dir=str(full), setup=setup)
+        )
+        env = {
+            **os.environ,
+            "HOME": str(tmp_path / "home"),
+            "TRAINFORGE_JOBS": str(tmp_path / "j.json"),
+        }
+        env.pop("XDG_RUNTIME_DIR", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "trainforge", "jobs", "submit", "config/vit_digits.yaml",
+             "--target", "hpc", "--time", "00:10:00", "--targets", str(path)],
+            cwd=project, capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        line = one_line(done)
+        assert "No space left on device" in line and "nothing was submitted" in line, line
+        assert "free space in the project folder on the cluster" in line
+        assert not mark.exists() and not (tmp_path / "j.json").exists()
+    finally:
+        subprocess.run(["umount", str(full)], check=False)

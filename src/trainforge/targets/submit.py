@@ -55,10 +55,10 @@ def copy_inputs(remote: Remote, files: list[str]) -> None:
     """rsync the files (with their relative paths) into the target's project folder."""
     done = remote.rsync(["--relative", *files, remote.rsync_destination() + "/"])
     if done.code != 0:
-        said = [x for x in done.stderr.strip().splitlines() if x.strip()]
+        said = [x for x in done.err.strip().splitlines() if x.strip()]
         reason = next((x for x in said if "No space left" in x), said[0] if said else "")
         fix = "check the project folder there and try again"
-        if "No space left" in done.stderr or "Disk quota" in done.stderr:
+        if "No space left" in done.err or "Disk quota" in done.err:
             fix = "free space in the project folder on the cluster (df -h there), then submit again"
         raise UserError(
             f"target {remote.target.name}: copying {', '.join(files)} to "
