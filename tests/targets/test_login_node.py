@@ -6,6 +6,7 @@ shell, the setup line and the remote trainforge."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -174,3 +175,50 @@ def test_a_full_remote_disk_during_the_copy_is_one_line_and_nothing_is_submitted
         assert not mark.exists() and not (tmp_path / "j.json").exists()
     finally:
         subprocess.run(["umount", str(full)], check=False)
+
+
+def test_slurm_target_submit_writes_the_script_there_and_records_the_job(login_node, tmp_path):
+    """`trainforge slurm CONFIG --target NAME --submit` over the real sshd (sbatch a stand-in
+    that keeps the script it was given): the config is copied, the script puts the cluster's
+    trainforge first on PATH, and `trainforge jobs --json` knows the job."""
+    tools = slurm_stand_ins(tmp_path / "slurm-bin")
+    kept = tmp_path / "submitted.sbatch"
+    (tools / "sbatch").write_text(f'#!/bin/sh\ncp "$2" {kept}\necho 4242\n')
+    remote_project, project = tmp_path / "cluster-project", tmp_path / "project"
+    remote_project.mkdir()
+    (project / "config").mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[2] / "config/vit_digits.yaml", project / "config")
+    setup = f"export PATH={tools}:$PATH && source {VENV_BIN}/activate"
+    fields = login_node.target_fields(remote_dir=str(remote_project), setup=setup, partition="gpu")
+    path = targets_file(tmp_path, hpc=fields)
+    env = {
+        **os.environ, "HOME": str(tmp_path / "home"), "TRAINFORGE_TARGETS": str(path),
+        "TRAINFORGE_JOBS": str(tmp_path / "jobs.json"),
+    }  # fmt: skip
+    env.pop("XDG_RUNTIME_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainforge", "slurm", "config/vit_digits.yaml", "--nodes", "1",
+         "--gpus-per-node", "0", "--time", "00:10:00", "--target", "hpc", "--submit"],
+        cwd=project, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Submitted batch job 4242 on hpc: run vit_digits" in done.stdout
+    assert (remote_project / "config/vit_digits.yaml").read_bytes() == (
+        project / "config/vit_digits.yaml"
+    ).read_bytes()
+    script = kept.read_text()
+    assert f'export PATH="{VENV_BIN}:$PATH"' in script and "#SBATCH --partition=gpu" in script
+    listed = subprocess.run(
+        [sys.executable, "-m", "trainforge", "jobs", "--json"],
+        cwd=project, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    (job,) = json.loads(listed.stdout)
+    assert (job["name"], job["target"], job["job_id"]) == ("vit_digits", "hpc", "4242")
+    assert job["run_dir"] == "runs/vit_digits" and job["options"]["time"] == "00:10:00"
+    refused = subprocess.run(
+        [sys.executable, "-m", "trainforge", "slurm", "config/vit_digits.yaml", "--nodes", "1",
+         "--gpus-per-node", "0", "--time", "00:10:00", "--target", "hpc"],
+        cwd=project, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert "add --submit" in one_line(refused)

@@ -101,8 +101,9 @@ def submit_run(target: Target, config: Path, **options: Any) -> JobRecord:
         raise UserError(f"target {target.name} is this machine", "use trainforge train CONFIG")
     resume = options.pop("resume", False)
     given = dict(options)  # as the user gave them: what `jobs resume` submits again
-    options.setdefault("partition", target.partition)
-    options.setdefault("account", target.account)
+    # The command's partition and account, else the target's.
+    options["partition"] = options.get("partition") or target.partition
+    options["account"] = options.get("account") or target.account
     if target.qos:
         options["sbatch_options"] = [*options.get("sbatch_options", []), f"qos={target.qos}"]
     job = build_job(config, output_dir=SCRIPTS, **options)  # every option and the config
