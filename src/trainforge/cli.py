@@ -94,7 +94,7 @@ def train(ctx: typer.Context) -> None:
 
     summary = run_training(resolved, platform, resume_from=resume)
     _print_summary(summary)
-    if summary.interrupted:
+    if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 
 

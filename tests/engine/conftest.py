@@ -38,6 +38,7 @@ class PointsTask:
     label_smoothing: float = 0.0
     name: str = "points"
     items_name: str = "samples"
+    final_stop: str | None = None
 
     def to_device(self, batch, device, train):
         return batch[0].to(device), batch[1].to(device)

@@ -101,3 +101,31 @@ def test_evaluate_scores_an_image_run_as_its_validation_did(tmp_path, monkeypatc
         f"--file {tmp_path / 'e.json'}: only text runs score a file (image-classification "
         "run). score its own validation split: trainforge evaluate RUN"
     ]
+
+
+def test_sigint_during_the_closing_evaluation_exits_130_with_the_model_saved(
+    tmp_path, monkeypatch, capsys
+):
+    """Every stop exits 128 + its signal: a SIGINT that cuts the closing evaluation short
+    too (the model is saved all the same, and summary.json says which signal)."""
+    from trainforge.engine import stop
+    from trainforge.tasks.causal_lm import CausalLM
+
+    project = tmp_path / "project"
+    (project / "config").mkdir(parents=True)
+    shutil.copy(CONFIG, project / "config")
+    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
+        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
+        (project / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.chdir(project)
+
+    def interrupted(self, model, dataset):  # as the signal handler's flag makes a pass end
+        raise stop.StopRequested("SIGINT")
+
+    monkeypatch.setattr(CausalLM, "evaluate_dataset", interrupted)
+    code, out, err = run_in_process(monkeypatch, capsys, *plan_command(4))
+    assert code == 130, out[-3000:] + err
+    assert "SIGINT: final evaluation stopped; the model is saved" in out
+    run = project / "runs" / "g2p_cmudict"
+    assert json.loads((run / "summary.json").read_text())["final_stop"] == "SIGINT"
+    assert (project / "models" / "g2p-cmudict" / "config.json").is_file()

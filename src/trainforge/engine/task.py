@@ -35,6 +35,9 @@ class Task(Protocol):
     val_loader: Any
     num_train_samples: int
     items_name: str  # what `weight` counts: "samples" or "tokens"
+    # The signal that cut the task's own closing evaluation short (`save_final`), else None:
+    # the run then ends with that signal's exit code although its model is saved.
+    final_stop: str | None
 
     def to_device(self, batch: Any, device: torch.device, train: bool) -> Any:
         """Move a loader batch to the device and apply batched on-device transforms."""

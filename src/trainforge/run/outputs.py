@@ -38,13 +38,16 @@ class RunSummary:
     train_time_s: float
     signal: str | None = None
     checkpoint: Path | None = None
+    final_stop: str | None = None  # a signal during the closing evaluation (model saved)
 
     @property
     def exit_code(self) -> int:
-        """0, or 128 + the signal number for a run stopped by a signal (130 for Ctrl+C)."""
-        if not self.interrupted:
+        """0, or 128 + the signal number for a run stopped by a signal (130 for Ctrl+C),
+        during training or during its closing evaluation."""
+        stopped_by = self.signal if self.interrupted else self.final_stop
+        if not stopped_by and not self.interrupted:
             return 0
-        return 128 + int(getattr(signal, self.signal or "SIGINT", signal.SIGINT))
+        return 128 + int(getattr(signal, stopped_by or "SIGINT", signal.SIGINT))
 
 
 NOTHING_TO_TRAIN = "nothing to train"
@@ -113,6 +116,7 @@ def finish(
         return summary
     if config.checkpoint.save_final_model and not result.interrupted:
         save_final_model(trainer, folder.path, final_weights)
+        summary.final_stop = trainer.task.final_stop
     if confusion is not None:
         folder.eval_dir.mkdir(exist_ok=True)
         folder.confusion.write_text(json.dumps(confusion), encoding="utf-8")

@@ -61,6 +61,7 @@ class CausalLM:
     name: str = "causal-lm"
     items_name: str = "tokens"
     validates_at_end: bool = True  # save_final validates the whole split (`final_evaluation`)
+    final_stop: str | None = None  # the signal that cut `final_evaluation` short
 
     @classmethod
     def from_config(cls, config: RunConfig) -> CausalLM:
@@ -245,6 +246,7 @@ class CausalLM:
                     else:
                         self.validation_metrics = metrics
             except stop.StopRequested as request:
+                self.final_stop = str(request)
                 print(f"{request}: final evaluation stopped; the model is saved")
             finally:
                 stop.clear()

@@ -41,6 +41,7 @@ class ImageClassification:
     channels_last: bool = False
     name: str = "image-classification"
     items_name: str = "samples"
+    final_stop: str | None = None  # no closing pass of its own: never set
     # Confusion counts of the validation steps since the last training step, with the
     # number of samples counted and the weights' version counters they were counted at.
     _eval_counts: Tensor | None = field(default=None, repr=False)
