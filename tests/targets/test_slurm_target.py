@@ -91,7 +91,16 @@ def test_submit_watch_stop_resume_and_pull(cluster, login_node, tmp_path):
     env.pop("SLURM_CONF", None)  # this side knows nothing of the cluster but its login node
 
     # A job that holds both CPUs: ours waits for it, and `jobs` says why.
-    blocker = cluster.run("sbatch", "--parsable", "-c", "2", "--wrap", "sleep 600").strip()
+    blocker = cluster.run(
+        "sbatch",
+        "--parsable",
+        "-c",
+        "2",
+        "-o",
+        str(tmp_path / "blocker.out"),
+        "--wrap",
+        "sleep 600",
+    ).strip()
     sets = [w for item in TINY for w in ("--set", item)]
     done = jobs_cli(
         project, env, "submit", "config/vit_digits.yaml", "--target", "hpc", "--time",
