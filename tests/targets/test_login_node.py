@@ -177,8 +177,8 @@ def test_a_full_remote_disk_during_the_copy_is_one_line_and_nothing_is_submitted
         subprocess.run(["umount", str(full)], check=False)
 
 
-def test_slurm_target_submit_writes_the_script_there_and_records_the_job(login_node, tmp_path):
-    """`trainforge slurm CONFIG --target NAME --submit` over the real sshd (sbatch a stand-in
+def test_jobs_submit_writes_the_script_there_and_records_the_job(login_node, tmp_path):
+    """`trainforge jobs submit CONFIG --target NAME` over the real sshd (sbatch a stand-in
     that keeps the script it was given): the config is copied, the script puts the cluster's
     trainforge first on PATH, and `trainforge jobs --json` knows the job."""
     tools = slurm_stand_ins(tmp_path / "slurm-bin")
@@ -197,8 +197,8 @@ def test_slurm_target_submit_writes_the_script_there_and_records_the_job(login_n
     }  # fmt: skip
     env.pop("XDG_RUNTIME_DIR", None)
     done = subprocess.run(
-        [sys.executable, "-m", "trainforge", "slurm", "config/vit_digits.yaml", "--nodes", "1",
-         "--gpus-per-node", "0", "--time", "00:10:00", "--target", "hpc", "--submit"],
+        [sys.executable, "-m", "trainforge", "jobs", "submit", "config/vit_digits.yaml",
+         "--gpus-per-node", "0", "--time", "00:10:00", "--target", "hpc"],
         cwd=project, capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -216,9 +216,3 @@ def test_slurm_target_submit_writes_the_script_there_and_records_the_job(login_n
     (job,) = json.loads(listed.stdout)
     assert (job["name"], job["target"], job["job_id"]) == ("vit_digits", "hpc", "4242")
     assert job["run_dir"] == "runs/vit_digits" and job["options"]["time"] == "00:10:00"
-    refused = subprocess.run(
-        [sys.executable, "-m", "trainforge", "slurm", "config/vit_digits.yaml", "--nodes", "1",
-         "--gpus-per-node", "0", "--time", "00:10:00", "--target", "hpc"],
-        cwd=project, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
-    assert "add --submit" in one_line(refused)

@@ -78,10 +78,6 @@ SbatchOpt = Annotated[
 SubmitOpt = Annotated[
     bool, typer.Option("--submit", help="Write the script to --output-dir and sbatch it.")
 ]
-TargetOpt = Annotated[
-    str | None,
-    typer.Option("--target", help="With --submit: a Slurm target (trainforge targets list)."),
-]
 
 
 @slurm_app.command()
@@ -100,19 +96,10 @@ def slurm_command(
     set_: SetOpt = None,
     sbatch_options: SbatchOpt = None,
     do_submit: SubmitOpt = False,
-    target: TargetOpt = None,
 ) -> None:
     """Render an sbatch script (srun + torchrun, checkpoint and requeue on SIGUSR1); print it
-    or submit it, here or (--target) on a cluster's login node."""
+    or submit it."""
     min_nodes, max_nodes = parse_nodes(nodes)
-    if target is not None:
-        _submit_to_target(
-            target, config, do_submit, nodes=min_nodes, max_nodes=max_nodes,
-            gpus_per_node=gpus_per_node, time=time, partition=partition, account=account,
-            job_name=job_name, procs_per_node=procs_per_node, cpus_per_task=cpus_per_task,
-            profile=profile, overrides=set_ or [], sbatch_options=sbatch_options or [],
-        )  # fmt: skip
-        return
     job = build_job(
         config,
         nodes=min_nodes,
@@ -140,21 +127,6 @@ def slurm_command(
     print(f"script: {path}")
     print(f"log:    {job.log_path(job_id)}")
     print(f"watch:  squeue -j {job_id}; tail -f {job.log_path(job_id)}")
-
-
-def _submit_to_target(target: str, config: Path, do_submit: bool, **options: object) -> None:
-    """`--target NAME --submit`: the same job, submitted on the target (targets.submit)."""
-    from trainforge.targets.store import get_target
-    from trainforge.targets.submit import submit_run
-
-    if not do_submit:
-        raise UserError(
-            f"--target {target} submits the job there", "add --submit (or drop --target to print)"
-        )
-    record = submit_run(get_target(target), config, **options)
-    print(f"Submitted batch job {record.job_id} on {target}: run {record.name}")
-    print(f"log:    {record.log} (on {target})")
-    print(f"watch:  trainforge jobs; trainforge jobs logs {record.name} -f")
 
 
 def make_log_folder(output_dir: str) -> None:
