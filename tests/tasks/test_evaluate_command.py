@@ -13,15 +13,21 @@ from tests.fakes.in_process import run_in_process
 from tests.tasks.test_dgx_plan import CONFIG, WORDS, plan_command
 
 
-@pytest.fixture
-def g2p_run(tmp_path, monkeypatch, capsys):
-    """A finished 4-step G2P run (the plan's command, small) in tmp_path/project."""
+def g2p_project(tmp_path):
+    """tmp_path/project with the G2P config and small train, val and test files."""
     project = tmp_path / "project"
     (project / "config").mkdir(parents=True)
     shutil.copy(CONFIG, project / "config")
     for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
         lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
         (project / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return project
+
+
+@pytest.fixture
+def g2p_run(tmp_path, monkeypatch, capsys):
+    """A finished 4-step G2P run (the plan's command, small) in tmp_path/project."""
+    project = g2p_project(tmp_path)
     monkeypatch.chdir(project)
     code, out, err = run_in_process(monkeypatch, capsys, *plan_command(4))
     assert code == 0, out[-3000:] + err
@@ -111,12 +117,7 @@ def test_sigint_during_the_closing_evaluation_exits_130_with_the_model_saved(
     from trainforge.engine import stop
     from trainforge.tasks.causal_lm import CausalLM
 
-    project = tmp_path / "project"
-    (project / "config").mkdir(parents=True)
-    shutil.copy(CONFIG, project / "config")
-    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
-        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
-        (project / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    project = g2p_project(tmp_path)
     monkeypatch.chdir(project)
 
     def interrupted(self, model, dataset):  # as the signal handler's flag makes a pass end
