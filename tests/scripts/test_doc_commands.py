@@ -86,12 +86,14 @@ PLACEHOLDERS = {
 PRINTED: list[tuple[str, str | None, str]] = [
     (
         "docs/hpc_training.md",
-        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "trainforge-torchrun --standalone --nproc-per-node 2 -m trainforge train "
+        "config/vit_digits.yaml",
         "batch: 32 x 1 accumulation x 2 processes = 64",
     ),
     (
         "docs/distributed.md",
-        "torchrun --standalone --nproc-per-node 2 -m trainforge train config/vit_digits.yaml",
+        "trainforge-torchrun --standalone --nproc-per-node 2 -m trainforge train "
+        "config/vit_digits.yaml",
         "batch: 32 x 1 accumulation x 2 processes = 64",
     ),
     (
@@ -259,7 +261,7 @@ def plan(command: Command) -> str | None:
         return "quick"
     if words[:2] in (["python", "benchmarks/g2p.py"], ["make", "demo"]):
         return "page"
-    if head == "torchrun" and "--nproc-per-node" in words:
+    if head in ("torchrun", "trainforge-torchrun") and "--nproc-per-node" in words:
         return "page" if int(words[words.index("--nproc-per-node") + 1]) <= 2 else None
     if head == "curl" and "http://127.0.0.1:8000/api/" in command.text:
         return "page"
@@ -608,7 +610,7 @@ class PageRun:
         if words[:2] == ["python", "scripts/build_g2p_dataset.py"]:
             return self.rebuild_g2p(command)
         text = command.text
-        if words[0] == "torchrun":
+        if words[0] in ("torchrun", "trainforge-torchrun"):
             short = ["training.max_steps=2", "output.overwrite=true"]
             text += " " + shlex.join([*TRAIN_SUFFIX, *(x for s in short for x in ("--set", s))])
         return run_shell(re.sub(r"--budget-s \d+", "--budget-s 3 --test-words 20", text), self.work)
