@@ -80,6 +80,16 @@ def _exit_with(code: int) -> None:
 def train(ctx: typer.Context) -> None:
     """Train: `train CONFIG [FLAGS]` or `train --resume runs/NAME [FLAGS]` (--help: flags)."""
 
+    target, words = _target_of(list(ctx.args))
+    if target is not None:
+        # A cluster target: the train flags and the Slurm options (--nodes, --gpus-per-node,
+        # --time ...) go to the job, as `trainforge slurm CONFIG --target NAME --submit`.
+        from trainforge.launch.cli import slurm_main
+
+        send = _send_to(*target)
+        _exit_with(slurm_main([*words, "--submit"], send=send, prog="trainforge train --target"))
+        return
+    ctx.args[:] = words
     args = _run_args(ctx, "train")
     if args is None:
         return
@@ -96,6 +106,45 @@ def train(ctx: typer.Context) -> None:
     _print_summary(summary)
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
+
+
+def _target_of(argv: list[str]) -> tuple[tuple[str, Path | None] | None, list[str]]:
+    """((target name, targets file) when --target names a cluster, the other words).
+    `--target local` is this machine: the words train as they would without it."""
+    name, file, rest, i = None, None, [], 0
+    while i < len(argv):
+        word = argv[i]
+        key, eq, value = word.partition("=")
+        if key in ("--target", "--targets"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise UserError(f"{key} needs a value", f"write {key} NAME")
+                i, value = i + 1, argv[i + 1]
+            if key == "--target":
+                name = value
+            else:
+                file = Path(value)
+        else:
+            rest.append(word)
+        i += 1
+    if name is None or name == "local":
+        return None, rest
+    return (name, file), rest
+
+
+def _send_to(name: str, file: Path | None):
+    """What `slurm_main` calls with the checked options: submit them on the target (the
+    configured one, checked first) and say how to follow the job."""
+
+    def send(config: Path, options: dict) -> None:
+        from trainforge.targets.store import get_target
+        from trainforge.targets.submit import submit_run
+
+        record = submit_run(get_target(name, file), config, **options)
+        print(f"Submitted batch job {record.job_id} on {name}: run {record.name}")
+        print(f"follow: trainforge jobs logs {record.name} -f   list: trainforge jobs")
+
+    return send
 
 
 def _run_args(ctx: typer.Context, command: str):
@@ -424,10 +473,12 @@ def bench_infer_cmd(ctx: typer.Context) -> None:
 
 @app.command("slurm", context_settings=_FORWARD, add_help_option=False)
 def slurm_cmd(ctx: typer.Context) -> None:
-    """Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS [--submit]`."""
+    """Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS [--submit]
+    [--target NAME] [train flags]`."""
     from trainforge.launch.cli import slurm_main
 
-    _exit_with(slurm_main(list(ctx.args)))
+    target, words = _target_of(list(ctx.args))
+    _exit_with(slurm_main(words, send=_send_to(*target) if target else None))
 
 
 @app.command("sweep", context_settings=_FORWARD, add_help_option=False)

@@ -421,3 +421,26 @@ def test_rendering_does_not_import_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --time=01:00:00" in done.stdout
+
+
+def test_every_train_flag_works_on_slurm_as_on_train(monkeypatch, capsys):
+    """`slurm` reads `train`'s own flag set: any train flag is judged with the config and
+    passed to the job's train line (before, `--num_threads` was "No such option")."""
+    code, out, err = run_in_process(
+        monkeypatch, capsys, *SUBMIT[:-2], "--num_threads", "1", "--max-steps", "5",
+        "--time", "00:30:00", "--tensorboard", "false", "--learning_rate=0.01",
+    )  # fmt: skip
+    assert code == 0, err
+    train_line = out[out.index("-m trainforge train") :]
+    for words in ("--num_threads 1", "--max-steps 5", "--tensorboard false"):
+        assert words in train_line
+    assert "--learning_rate=0.01" in train_line
+    # Judged with the config like on `train`: a bad value or a misspelt flag is one line.
+    for flag, message in (
+        (["--num_threads", "0"], "training.num_threads = 0"),
+        (["--num_thread", "1"], "did you mean --num_threads"),
+        (["--resume", "auto"], "trainforge jobs resume"),
+    ):
+        code, out, err = run_in_process(monkeypatch, capsys, *SUBMIT, *flag)
+        assert code == 2 and out == "" and message in err, err
+        assert len(err.strip().splitlines()) == 1, err

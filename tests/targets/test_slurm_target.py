@@ -102,9 +102,12 @@ def test_submit_watch_stop_resume_and_pull(cluster, login_node, tmp_path):
         "sleep 600",
     ).strip()
     sets = [w for item in TINY for w in ("--set", item)]
-    done = jobs_cli(
-        project, env, "submit", "config/vit_digits.yaml", "--target", "hpc", "--time",
-        "00:15:00", "--gpus-per-node", "0", "--procs-per-node", "1", *sets,
+    # `train --target`: train's own flags (--num_threads) and Slurm's go to the job.
+    done = subprocess.run(
+        [sys.executable, "-m", "trainforge", "train", "config/vit_digits.yaml", "--target", "hpc",
+         "--time", "00:15:00", "--nodes", "1", "--gpus-per-node", "0", "--procs-per-node", "1",
+         "--num_threads", "1", *sets],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Submitted batch job" in done.stdout and "run vit_digits" in done.stdout

@@ -3,12 +3,20 @@ print it or submit it.
 
 The top-level command forwards its arguments here (`slurm_main`), so importing the
 `trainforge` command stays light. Usage errors are one line, exit 2.
+
+Every `trainforge train` flag works here as on `train` (`--num_threads 1`, `--max_steps`,
+`--profile`, `--set`): the command's own options (`SLURM_VALUE_OPTS`, `--submit`) are taken
+out first and the rest is read by `train`'s own flag parser (`config.flags`), judged with the
+config and passed on to the batch script's `trainforge train` line unchanged. One option set,
+as `trainforge sweep` does it, instead of a second hand-kept list of typer options.
 """
 
 from __future__ import annotations
 
+import contextvars
 import platform as _stdlib_platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +36,21 @@ from trainforge.launch.slurm import (
 from trainforge.subapp import run_subapp
 
 slurm_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+# The command's own options that take a value; `--submit` is its one flag. Everything else on
+# the line is a train flag (or the config).
+SLURM_VALUE_OPTS = (
+    "nodes", "gpus-per-node", "time", "partition", "account", "job-name", "output-dir",
+    "procs-per-node", "cpus-per-task", "sbatch",
+)  # fmt: skip
+SLURM_FLAGS = ("submit",)
+# What `slurm_main` read from the train flags, for `slurm_command` (typer sees only its own).
+_TRAIN_WORDS: contextvars.ContextVar[list[str]] = contextvars.ContextVar("train_words")
+# Submits the options elsewhere (a target over SSH) instead of `sbatch` here; the top-level
+# command sets it, so this package needs nothing of `targets`.
+_SEND: contextvars.ContextVar[Callable[[Path, dict], None] | None] = contextvars.ContextVar(
+    "send", default=None
+)
 
 
 # The command's options, one alias each (typer reads the Annotated metadata).
@@ -64,13 +87,6 @@ CpusOpt = Annotated[
         help="CPUs per node for torchrun's processes (default: processes x (1 + loader workers)).",
     ),
 ]
-ProfileOpt = Annotated[
-    str | None, typer.Option("--profile", help="Hardware profile name, or auto (default).")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override any field: --set training.seed=1 (repeatable)."),
-]
 SbatchOpt = Annotated[
     list[str] | None,
     typer.Option("--sbatch", help="Extra #SBATCH option, e.g. --sbatch qos=high (repeatable)."),
@@ -92,30 +108,28 @@ def slurm_command(
     output_dir: OutputDirOpt = "runs/slurm",
     procs_per_node: ProcsOpt = None,
     cpus_per_task: CpusOpt = None,
-    profile: ProfileOpt = None,
-    set_: SetOpt = None,
     sbatch_options: SbatchOpt = None,
     do_submit: SubmitOpt = False,
 ) -> None:
     """Render an sbatch script (srun + torchrun, checkpoint and requeue on SIGUSR1); print it
-    or submit it."""
+    or submit it. Every train flag (--profile, --set, --max_steps ...) is taken as well."""
     min_nodes, max_nodes = parse_nodes(nodes)
-    job = build_job(
-        config,
-        nodes=min_nodes,
-        max_nodes=max_nodes,
-        gpus_per_node=gpus_per_node,
-        time=time,
-        partition=partition,
-        account=account,
-        job_name=job_name,
-        output_dir=output_dir,
-        procs_per_node=procs_per_node,
-        cpus_per_task=cpus_per_task,
-        profile=profile,
-        overrides=set_ or [],
-        sbatch_options=sbatch_options or [],
-    )
+    options = {
+        "nodes": min_nodes, "max_nodes": max_nodes, "gpus_per_node": gpus_per_node,
+        "time": time, "partition": partition, "account": account, "job_name": job_name,
+        "procs_per_node": procs_per_node, "cpus_per_task": cpus_per_task,
+        "sbatch_options": sbatch_options or [], "train_flags": _TRAIN_WORDS.get([]),
+    }  # fmt: skip
+    send = _SEND.get()
+    if send is not None:
+        if not do_submit:
+            raise UserError(
+                "--target sends the job to a cluster: add --submit",
+                "or drop --target to print the script",
+            )
+        send(config, {k: v for k, v in options.items() if v is not None})
+        return
+    job = build_job(config, output_dir=output_dir, **options)
     script = render_script(job)
     if not do_submit:
         # Slurm opens the log before the script runs: a missing folder fails the job unseen.
@@ -156,11 +170,17 @@ def build_job(
     overrides: list[str] | None = None,
     sbatch_options: list[str] | None = None,
     max_nodes: int | None = None,
+    train_flags: list[str] | None = None,
 ) -> SlurmJob:
     """Check every option and the config (for the nodes the job will run on); UserError else.
-    `max_nodes` makes the job elastic: it may run on `nodes` to `max_nodes` nodes."""
+    `max_nodes` makes the job elastic: it may run on `nodes` to `max_nodes` nodes.
+    `train_flags` are `trainforge train` flags (without the config), judged with it and
+    passed to the job's train line as given. Over 60 lines: the options are the signature."""
     from trainforge.config import validate
 
+    words = list(train_flags or [])
+    flags = read_train_flags(words)
+    profile = profile or flags.profile
     extra = _check_options(
         time, partition, account, job_name, output_dir, sbatch_options, gpus_per_node,
         procs_per_node,
@@ -170,16 +190,17 @@ def build_job(
     # would otherwise ask for cuda:1); the user's own --set values come later and win.
     cpu_sets = ["hardware.distributed_backend=gloo", "training.device=cpu"]
     sets = ([] if gpus_per_node else cpu_sets) + list(overrides or [])
-    train_args = (["--profile", profile] if profile else []) + [
-        word for item in sets for word in ("--set", item)
-    ]
+    profile_words = ["--profile", profile] if profile and not flags.profile else []
+    train_args = profile_words + [word for item in sets for word in ("--set", item)] + words
     # Judged, and planned, for the nodes and processes it asks for: both ends of a range.
     for count in sorted({nodes, max_nodes or nodes}, reverse=True):
         resolved = validate(
             config,
             platform=target_platform(count, gpus_per_node),
             profile=profile,
-            overrides=sets,
+            overrides=sets + flags.overrides,
+            flags=flags.flags,
+            flag_sources=flags.sources,
             world_size=count * nproc,
         )
     workers = resolved.config.data.dataloader_num_workers
@@ -265,6 +286,64 @@ def target_platform(nodes: int, gpus_per_node: int):
     )
 
 
-def slurm_main(argv: list[str]) -> int:
-    """Run `trainforge slurm ARGV`; UserError propagates to the top-level handler."""
-    return run_subapp(slurm_app, argv, "trainforge slurm")
+def read_train_flags(words: list[str]):
+    """The train flags of a job line (`config.flags.RunArgs`), or one line why not."""
+    from trainforge.config import flags as run_flags
+
+    flags = run_flags.parse(words)
+    if flags.config is not None or flags.files:
+        first = flags.config or flags.files[0]
+        raise UserError(
+            f"unexpected argument {str(first)!r} (one run config at most)",
+            "flags take the form --name VALUE; see `trainforge train --help`",
+        )
+    if flags.resume is not None:
+        raise UserError(
+            "--resume is not a flag for a new job",
+            "a stopped job continues with trainforge jobs resume NAME",
+        )
+    return flags
+
+
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the words of the command's own options and the config, the train flags)."""
+    from trainforge.config import flags as run_flags
+
+    own, rest, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, _ = token[2:].partition("=") if token.startswith("--") else ("", "", "")
+        if name in SLURM_VALUE_OPTS:
+            own += argv[i : i + (1 if eq else 2)]
+            i += 0 if eq else 1
+        elif name in SLURM_FLAGS or token in ("-h", "--help"):
+            own.append(token)
+        else:
+            rest.append(token)
+        i += 1
+    # The config is the first word that is no flag and no flag's value: train's parser knows
+    # which flags take values, so it finds it the way `trainforge train` would.
+    config = run_flags.parse(list(rest)).config
+    if config is not None:
+        rest.remove(str(config))
+        own.insert(0, str(config))
+    return own, rest
+
+
+def slurm_main(
+    argv: list[str],
+    *,
+    send: Callable[[Path, dict], None] | None = None,
+    prog: str = "trainforge slurm",
+) -> int:
+    """Run `trainforge slurm ARGV`; UserError propagates to the top-level handler. `send`
+    takes the checked options instead of `sbatch` here (`--target`)."""
+    own, words = split_args(argv)
+    if "-h" not in own and "--help" not in own:
+        read_train_flags(words)  # an unknown flag is one line before anything else
+    words_token, send_token = _TRAIN_WORDS.set(words), _SEND.set(send)
+    try:
+        return run_subapp(slurm_app, own, prog)
+    finally:
+        _TRAIN_WORDS.reset(words_token)
+        _SEND.reset(send_token)

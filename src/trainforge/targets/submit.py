@@ -93,7 +93,7 @@ def submit_run(target: Target, config: Path, **options: Any) -> JobRecord:
     gpus_per_node, time, ...) without partition/account, which the target supplies unless
     given; `resume=True` submits the run's continuation."""
     from trainforge.config import validate
-    from trainforge.launch.cli import build_job, target_platform
+    from trainforge.launch.cli import build_job, read_train_flags, target_platform
     from trainforge.launch.slurm import render_script
     from trainforge.run.resume import run_folder_for
 
@@ -108,11 +108,14 @@ def submit_run(target: Target, config: Path, **options: Any) -> JobRecord:
         options["sbatch_options"] = [*options.get("sbatch_options", []), f"qos={target.qos}"]
     job = build_job(config, output_dir=SCRIPTS, **options)  # every option and the config
     nproc = job.procs_per_node
+    flags = read_train_flags(list(job.train_args))  # the job's train line, as it will run
     resolved = validate(
         config,
         platform=target_platform(job.nodes, job.gpus_per_node),
-        profile=options.get("profile"),
-        overrides=[job.train_args[i + 1] for i, w in enumerate(job.train_args) if w == "--set"],
+        profile=flags.profile,
+        overrides=flags.overrides,
+        flags=flags.flags,
+        flag_sources=flags.sources,
         world_size=job.nodes * nproc,
     )
     args = (*job.train_args, "--resume", "auto") if resume else job.train_args
