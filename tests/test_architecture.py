@@ -6,12 +6,20 @@ Packages: the first name under `trainforge` (`config`, `engine`, ...); a top-lev
 still a dependency, only a later one), `TYPE_CHECKING` blocks included. The graph of
 packages must have no cycle: a failure lists each cycle's edges with file:line.
 
-Files: inside one package, the modules import each other without a circle (the same scan,
-per file; a package's `__init__` re-exporting its modules is left out).
+Layers: docs/architecture.md's "Layers" block places every package on a floor; no import
+goes up a floor, and a package missing from the block (or a name in it that is no package)
+fails.
 
-Run-folder names: the file names a run folder holds (`run.json`, `best_model`,
-`checkpoint-N`, ...) are spelled only in `runfolder.py` and `engine/checkpoint.py`;
-everything else names them through a `RunFolder` property or a checkpoint-module function.
+Files: inside every folder under src/trainforge, with an `__init__.py` or without one, the
+modules import each other without a circle (the same scan, per file; a package's
+`__init__` re-exporting its modules is left out).
+
+Run-folder names: the names a run folder holds are taken from their owners, not listed here:
+every path a `RunFolder` property gives, the module constants of `runfolder.py` and
+`engine/checkpoint.py`, the checkpoint name table (`checkpoint-{}`, `best_model`, ...) and
+what the two owners join onto a path themselves (`folder / "dcp"`). Only those two modules
+spell them; everything else names them through a `RunFolder` property or a checkpoint-module
+function.
 
 The Trainer module: at most 350 lines as the formatter lays it out with every `# fmt: skip`
 taken away (packed lines do not count as short).
@@ -56,7 +64,10 @@ def _package(module: str) -> str | None:
 
 
 def _is_module(name: str) -> bool:
-    return (ROOT / name).is_dir() or (ROOT / f"{name}.py").is_file()
+    """Whether `name` (dotted, below trainforge: `engine` or `engine.trainer`) is a module
+    or a folder of modules."""
+    where = ROOT.joinpath(*name.split("."))
+    return where.is_dir() or where.with_suffix(".py").is_file()
 
 
 def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
@@ -71,9 +82,15 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
         here = module.split(".") if is_package else module.split(".")[:-1]
         anchor = here[: len(here) - (node.level - 1)]
         base = ".".join([*anchor, *([node.module] if node.module else [])])
-    if base == "trainforge":
-        return [f"trainforge.{a.name}" if _is_module(a.name) else "trainforge" for a in node.names]
-    return [base]
+    if base != "trainforge" and not base.startswith("trainforge."):
+        return [base]
+    # `from trainforge.engine import trainer` reads the module engine.trainer, `from
+    # trainforge.engine.trainer import Trainer` the module itself.
+    below = base.removeprefix("trainforge").lstrip(".")
+    return [
+        f"{base}.{a.name}" if _is_module(f"{below}.{a.name}".lstrip(".")) else base
+        for a in node.names
+    ]
 
 
 def package_edges() -> dict[tuple[str, str], list[str]]:
@@ -198,36 +215,114 @@ def test_no_function_is_over_60_lines_without_a_reason():
 
 
 # ------------------------------------------------------------------ run-folder names
-# The names of what a run folder holds. Only the two modules that own the layout spell them:
-# `runfolder.py` (the folder) and `engine/checkpoint.py` (checkpoint folders and their files).
-RUN_FOLDER_NAMES = frozenset(
-    {
-        "run.json", "summary.json", "metrics.jsonl", "config.resolved.yaml", "report.html",
-        "report.log", "confusion.json", ".process.json", "checkpoint_meta.json",
-        "best_model", "checkpoint_interrupted", "checkpoint_time_limit", "checkpoint-",
-        "checkpoint_epoch_", "manifest.json", "meta.json", "state.pt",
-    }
-)  # fmt: skip
+# The two modules that own the layout: `runfolder.py` (the folder) and `engine/checkpoint.py`
+# (checkpoint folders and their files). Every name below is read from them.
 NAME_OWNERS = ("runfolder.py", "engine/checkpoint.py")
 
 
-def name_literals(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, literal) of every string that spells a run-folder name: the whole string, a
-    path ending in one (`x/run.json`), or the fixed part of an f-string (`checkpoint-{n}`).
-    A sentence that mentions a name (it has spaces: a hint, a message) is no path."""
+def _joined_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, literal) of every string joined onto a path: `x / "name"` or `"name" / x`."""
     found = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
-            continue
-        value = node.value
-        path_like = not any(c.isspace() for c in value)
-        ends = path_like and any(value.endswith(f"/{n}") for n in RUN_FOLDER_NAMES)
-        if value in RUN_FOLDER_NAMES or ends:
-            found.append((node.lineno, value))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                    found.append((side.lineno, side.value))
     return found
 
 
+def run_folder_names() -> frozenset[str]:
+    """Every name a run folder holds, from its owners: the parts of each `RunFolder`
+    property's path, the string constants of both owner modules, the fixed part of each
+    checkpoint folder pattern (`checkpoint-{}` -> `checkpoint-`), and what the owners join
+    onto a path themselves (`folder / "dcp"`)."""
+    import inspect
+
+    from trainforge import runfolder
+    from trainforge.engine import checkpoint
+
+    names: set[str] = set()
+    top = Path("/run")
+    for attr, value in inspect.getmembers(runfolder.RunFolder):
+        path = getattr(runfolder.RunFolder(top), attr) if isinstance(value, property) else None
+        if isinstance(path, Path) and path.is_relative_to(top):
+            names.update(path.relative_to(top).parts)
+    for module in (runfolder, checkpoint):
+        names.update(v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v)
+    names.update(pattern.split("{")[0] for pattern, _, _ in checkpoint.NAMES.values())
+    for owner in NAME_OWNERS:
+        tree = ast.parse((ROOT / owner).read_text(encoding="utf-8"))
+        names.update(v for _, v in _joined_literals(tree) if v and "{" not in v)
+    return frozenset(names)
+
+
+def _is_file_name(name: str) -> bool:
+    """`run.json`, `best_model`, `checkpoint-`: a name no sentence or key spells by chance.
+    A plain word (`model`, `checkpoints`) is a run-folder name only where it is joined
+    onto a path."""
+    return any(c in name for c in "._-")
+
+
+def _declared_elsewhere(names: frozenset[str]) -> frozenset[str]:
+    """The names another folder's layout shares with a run folder, as its module declares
+    them once (`WEIGHTS_FILE = "model.safetensors"` for an export artifact, the Hugging
+    Face file name): flagged only where joined onto a path."""
+    shared = set()
+    for path, _ in _modules():
+        if path.relative_to(ROOT).as_posix() in NAME_OWNERS:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (
+                isinstance(node, ast.Assign)
+                and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and node.value.value in names
+            ):
+                shared.add(node.value.value)
+    return frozenset(shared)
+
+
+def _suffixes(tree: ast.AST) -> set[int]:
+    """ids of the string parts that end a name rather than spell one: the text after a
+    value in an f-string (`f"{trial}.lock"`) and a `with_suffix(".lock")` argument."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for before, part in zip(node.values, node.values[1:], strict=False):
+                if isinstance(before, ast.FormattedValue):
+                    out.add(id(part))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "with_suffix":
+            out.update(id(a) for a in node.args)
+    return out
+
+
+def name_literals(
+    tree: ast.AST, names: frozenset[str], shared: frozenset[str] = frozenset()
+) -> list[tuple[int, str]]:
+    """(line, literal) of every string that spells one of `names`: any of them joined onto
+    a path (`run_dir / "model"`); a file name (not in `shared`) as the whole string, as
+    the end of a path (`x/run.json`) or as the fixed start of an f-string
+    (`checkpoint-{n}`). A sentence that mentions a name (it has spaces: a hint, a message)
+    is no path."""
+    found = {(line, value) for line, value in _joined_literals(tree) if value.strip("/") in names}
+    files = {n for n in names if _is_file_name(n)} - shared
+    suffixes = _suffixes(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        if id(node) in suffixes:
+            continue
+        value = node.value
+        path_like = not any(c.isspace() for c in value)
+        ends = path_like and any(value.endswith(f"/{n}") for n in files)
+        if value in files or ends:
+            found.add((node.lineno, value))
+    return sorted(found)
+
+
 def run_folder_literals() -> list[str]:
+    names = run_folder_names()
+    shared = _declared_elsewhere(names)
     out = []
     for path, _ in _modules():
         where = path.relative_to(ROOT).as_posix()
@@ -236,31 +331,61 @@ def run_folder_literals() -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         out += [
             f"{path.relative_to(SRC.parent)}:{line} {value!r}"
-            for line, value in name_literals(tree)
+            for line, value in name_literals(tree, names, shared)
         ]
     return out
 
 
-def test_the_name_scan_sees_plain_path_and_f_string_literals():
+def test_the_run_folder_names_come_from_their_owners():
+    from trainforge.engine.checkpoint import NAMES, best_name
+
+    names = run_folder_names()
+    # one name from each source: a property, a nested property, a constant, the table,
+    # and a name the checkpoint module joins onto a folder itself
+    assert {"metrics.jsonl", "checkpoints", "run.json", "state.pt", "dcp"} <= names
+    assert best_name() in names and "checkpoint-" in names and "checkpoint_epoch_" in names
+    assert all(pattern.split("{")[0] in names for pattern, _, _ in NAMES.values())
+    assert "" not in names and not any("{" in n or " " in n for n in names)
+
+
+def test_the_name_scan_sees_plain_path_joined_and_f_string_literals():
+    names = frozenset({"run.json", "summary.json", "checkpoint-", "model", "checkpoints"})
     tree = ast.parse(
         'a = "run.json"\nb = f"checkpoint-{step}"\nc = "runs/x/summary.json"\n'
         'd = "running"\ne = f"see {name} checkpoint"\nf = "resume runs/NAME/run.json"\n'
+        'g = run_dir / "model"\nh = {"model": 1}\ni = "checkpoints" / x\nj = "model"\n'
+        'k = f"{trial}.json"\nl = p.with_suffix(".json")\nm = "proc/device-tree/model"\n'
+        'n = "summary.json"\no = folder / "summary.json"\n'
     )
-    assert sorted(line for line, _ in name_literals(tree)) == [1, 2, 3]
+    names |= {".json"}
+    found = name_literals(tree, names, shared=frozenset({"summary.json"}))
+    assert [line for line, _ in found] == [1, 2, 7, 9, 15]
 
 
 def test_run_folder_names_are_spelled_only_by_the_modules_that_own_them():
     found = run_folder_literals()
     assert not found, (
         "run-folder names spelled outside runfolder.py and engine/checkpoint.py; use a "
-        "RunFolder property or a checkpoint-module function:\n" + "\n".join(found)
+        "RunFolder property or a checkpoint-module function (add one there for a new "
+        "name):\n" + "\n".join(found)
     )
 
 
 # ------------------------------------------------------------------ file circles
+def folders() -> list[str]:
+    """Every folder of modules under src/trainforge as a dotted name (`engine`,
+    `data.text`), with an `__init__.py` or without one."""
+    return sorted(
+        ".".join(d.relative_to(ROOT).parts)
+        for d in ROOT.rglob("*")
+        if d.is_dir() and any(d.glob("*.py"))
+    )
+
+
 def file_edges(package: str) -> dict[tuple[str, str], list[str]]:
-    """(from module, to module) -> file:line, for imports between two modules of `package`
-    (its `__init__` left out: a package re-exporting its modules is no circle)."""
+    """(from module, to module) -> file:line, for imports between two modules under the
+    folder `package` (`engine`, `data.text`; its `__init__` left out: a package
+    re-exporting its modules is no circle)."""
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     prefix = f"trainforge.{package}."
     for path, module in _modules():
@@ -268,22 +393,91 @@ def file_edges(package: str) -> dict[tuple[str, str], list[str]]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
-            targets = _targets(node, module, False)
-            if isinstance(node, ast.ImportFrom) and node.module == f"trainforge.{package}":
-                targets = [f"{prefix}{a.name}" for a in node.names]  # `from pkg import mod`
-            for target in targets:
+            for target in _targets(node, module, False):
                 if target.startswith(prefix) and target != module:
                     edges[(module, target)].append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
     return edges
 
 
-def test_files_inside_a_package_import_each_other_without_a_circle():
+def test_every_folder_is_scanned_with_or_without_an_init_file():
+    found = folders()
+    assert {"engine", "data.text", "config", "sweep"} <= set(found)
+    assert not (ROOT / "engine" / "__init__.py").exists() or "engine" in found
     assert ("trainforge.export.pipeline", "trainforge.export.job") in file_edges("export")
+
+
+def test_files_inside_a_folder_import_each_other_without_a_circle():
     found = []
-    for package in sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
+    for package in folders():
         edges = file_edges(package)
         found += [describe(edges, c) for c in cycles(edges)]
     assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------ documented floors
+DOC = SRC.parent / "docs" / "architecture.md"
+
+
+def documented_floors(text: str) -> list[list[str]]:
+    """The floors of the "Layers" block in docs/architecture.md, top first: each line that
+    starts in the first column begins a floor, its package names (comma-separated) before
+    the first run of two spaces; indented lines go on describing the floor above."""
+    section = text.split("\n## Layers\n", 1)[1]
+    block = section.split("```\n", 2)[1]
+    floors = []
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            head = line.split("  ", 1)[0]
+            floors.append([name.strip() for name in head.split(",") if name.strip()])
+    return floors
+
+
+def placed_packages() -> set[str]:
+    """Every package of the import graph: each folder and module directly under
+    src/trainforge (`trainforge/__init__.py` itself excepted)."""
+    return {
+        p.stem if p.suffix == ".py" else p.name
+        for p in ROOT.iterdir()
+        if p.name != "__init__.py"
+        and ((p.suffix == ".py") or (p.is_dir() and any(p.rglob("*.py"))))
+    }
+
+
+def upward_imports(floors: list[list[str]], edges) -> list[str]:
+    """`a (floor i) -> b (floor j): file:line` for each import up a floor (j above i)."""
+    level = {name: len(floors) - i for i, floor in enumerate(floors) for name in floor}
+    return [
+        f"{a} (floor {level[a]}) -> {b} (floor {level[b]}): {', '.join(where)}"
+        for (a, b), where in sorted(edges.items())
+        if a in level and b in level and level[b] > level[a]
+    ]
+
+
+def test_the_floor_parser_and_the_upward_check():
+    text = "# x\n\n## Layers\n\nline\n\n```\ncli, __main__  top\n  more\nengine  loop\n```\n"
+    floors = documented_floors(text)
+    assert floors == [["cli", "__main__"], ["engine"]]
+    edges = {("engine", "cli"): ["e.py:3"], ("cli", "engine"): ["c.py:1"]}
+    assert upward_imports(floors, edges) == ["engine (floor 1) -> cli (floor 2): e.py:3"]
+
+
+def test_the_documented_floors_match_the_import_graph():
+    floors = documented_floors(DOC.read_text(encoding="utf-8"))
+    named = [name for floor in floors for name in floor]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    assert not twice, f"docs/architecture.md Layers: placed on two floors: {twice}"
+    packages = placed_packages()
+    assert not packages - set(named), (
+        f"docs/architecture.md Layers: not placed on a floor: {sorted(packages - set(named))}"
+    )
+    assert not set(named) - packages, (
+        f"docs/architecture.md Layers: no such package: {sorted(set(named) - packages)}"
+    )
+    up = upward_imports(floors, package_edges())
+    assert not up, (
+        "docs/architecture.md Layers: imports going up a floor; move the package in the "
+        "doc (or the import in the code):\n" + "\n".join(up)
+    )
 
 
 MAX_TRAINER_LINES = 350

@@ -3,12 +3,15 @@
 `runs/<name>/` holds everything one run wrote: `run.json` (written at start: the recipe as
 given — the config file's data, the flags, the profile asked for — with total steps, steps
 per epoch, world size and the profile used), `config.resolved.yaml`, `checkpoints/`,
-`metrics.jsonl`, `tensorboard/`, `summary.json`, the final model, the report (`report.html`,
-its plots in `report/`), `eval/confusion.json` and the exports (`export/`). Because the
-recipe is recorded, `trainforge train --resume runs/NAME` continues exactly that run with
-nothing else on the command line. Every other module reads and writes the folder
-through this one (checkpoint folders through `trainforge.engine.checkpoint`); none spells
-a file name of the folder (`tests/test_architecture.py` fails on one).
+`metrics.jsonl`, `tensorboard/`, `summary.json`, the final model (`model.safetensors`, or a
+causal-lm run's `model/` and `adapter/` folders), the report (`report.html`, its plots in
+`report/`), `eval/confusion.json`, the exports (`export/`), the profiler traces
+(`profiler/`) and MLflow's local store (`mlflow.db`). Because the recipe is recorded,
+`trainforge train --resume runs/NAME` continues exactly that run with nothing else on the
+command line. Every other module reads and writes the folder through this one (checkpoint
+folders and their files through `trainforge.engine.checkpoint`). The names are spelled here
+and there only: `tests/test_architecture.py` takes every name from this class's properties
+and the checkpoint module's name table, and fails on a literal of one elsewhere.
 
 A lock (an `fcntl.flock` on the folder, held for the life of the training process through
 `RunFolder.hold()`) keeps two trainings out of one folder; taking it writes nothing, so a
@@ -122,6 +125,26 @@ class RunFolder:
     @property
     def lock_file(self) -> Path:
         return self.path / ".lock"
+
+    @property
+    def profiler(self) -> Path:
+        """The PyTorch profiler's traces (`logging.profile_steps`)."""
+        return self.path / "profiler"
+
+    @property
+    def mlflow_db(self) -> Path:
+        """MLflow's local SQLite store when no `logging.mlflow_tracking_uri` is given."""
+        return self.path / "mlflow.db"
+
+    @property
+    def hf_model(self) -> Path:
+        """A causal-lm run's Hugging Face model folder (`save_pretrained` layout)."""
+        return self.path / "model"
+
+    @property
+    def hf_adapter(self) -> Path:
+        """A causal-lm run's LoRA adapter folder (peft's `save_pretrained` layout)."""
+        return self.path / "adapter"
 
     # ------------------------------------------------------------------ state
     def is_run(self) -> bool:

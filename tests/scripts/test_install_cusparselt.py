@@ -124,19 +124,48 @@ def test_cuda_detected_from_nvcc(tmp_path: Path) -> None:
     assert "CUDA 12.6 (from nvcc --version) on x86_64" in result.stdout
 
 
-@pytest.mark.parametrize("l4t", sorted(L4T_TO_JETPACK))
-def test_jetpack_cuda_agrees_with_the_wheel_table(tmp_path: Path, l4t: str) -> None:
-    row = wheel_row(L4T_TO_JETPACK[l4t])
-    if row is None:  # JetPack 4.x / 5.0: no PyTorch wheel row, nothing to agree with
-        return
+def tegra_release(root: Path, l4t: str) -> None:
+    """Write /etc/nv_tegra_release of L4T release `l4t` (e.g. 36.4.0) under `root`."""
     major, revision, patch = l4t.split(".")
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc/nv_tegra_release").write_text(
+    (root / "etc").mkdir()
+    (root / "etc/nv_tegra_release").write_text(
         f"# R{major} (release), REVISION: {revision}.{patch}, GCID: 1, BOARD: generic, "
         "EABI: aarch64, DATE: Mon May  6 17:34:21 UTC 2024\n"
     )
+
+
+WITH_WHEEL = sorted(l4t for l4t, jp in L4T_TO_JETPACK.items() if wheel_row(jp) is not None)
+# JetPack 4.x (L4T R32) and 5.0/5.0.1 (R34): CUDA 10.2 and a developer-preview 11.4, no
+# PyTorch wheel row and no cuSPARSELt archive; JetPack 5.0.2 (R35.1) ships R35's CUDA 11.4.
+WITHOUT_WHEEL = sorted(set(L4T_TO_JETPACK) - set(WITH_WHEEL))
+
+
+def test_every_l4t_release_is_checked_by_one_of_the_two_tests() -> None:
+    assert WITH_WHEEL and WITHOUT_WHEEL
+    assert {l4t.split(".")[0] for l4t in WITHOUT_WHEEL} <= {"32", "34", "35"}
+
+
+@pytest.mark.parametrize("l4t", WITH_WHEEL)
+def test_jetpack_cuda_agrees_with_the_wheel_table(tmp_path: Path, l4t: str) -> None:
+    row = wheel_row(L4T_TO_JETPACK[l4t])
+    tegra_release(tmp_path, l4t)
     result = run("--dry-run", env={"CUSPARSELT_ROOT": str(tmp_path), "TARGETARCH": "aarch64"})
+    # JetPack 5.1's CUDA 11.4 has no Jetson archive: the refusal line names it all the same
     assert f"CUDA {row.cuda} (from /etc/nv_tegra_release" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("l4t", WITHOUT_WHEEL)
+def test_a_jetpack_without_a_wheel_row_is_refused_or_gets_r35s_cuda(
+    tmp_path: Path, l4t: str
+) -> None:
+    tegra_release(tmp_path, l4t)
+    result = run("--dry-run", env={"CUSPARSELT_ROOT": str(tmp_path), "TARGETARCH": "aarch64"})
+    if l4t.startswith("35."):
+        assert "CUDA 11.4 (from /etc/nv_tegra_release" in result.stdout + result.stderr
+    else:
+        assert result.returncode == 2, result.stdout
+        (line,) = result.stderr.splitlines()
+        assert "cannot find the CUDA version" in line and "pass --cuda X.Y" in line
 
 
 @pytest.mark.parametrize(

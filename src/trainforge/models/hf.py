@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder
 
 SUMMARY_FILE = "trainforge.json"
 ADAPTER_FILE = "adapter_model.safetensors"  # peft's save_pretrained name
@@ -135,7 +136,8 @@ def init_from_folders(value: str, lora: bool) -> tuple[Path | None, Path | None]
         return None, path
     if (path / "config.json").is_file():
         return path, None
-    model, adapter = path / "model", path / "adapter"  # what a causal-lm run saves
+    run = RunFolder(path)  # what a causal-lm run saves
+    model, adapter = run.hf_model, run.hf_adapter
     has_adapter = (adapter / "adapter_config.json").is_file()
     if lora and has_adapter:
         return None, adapter

@@ -182,8 +182,11 @@ class MlflowLogger:
         import mlflow
         from mlflow.tracking import MlflowClient
 
+        from trainforge.runfolder import RunFolder
+
         # The local default is MLflow's own recommended store: SQLite in the run folder.
-        uri = cfg.mlflow_tracking_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+        store = RunFolder(Path(run_dir)).mlflow_db.resolve()
+        uri = cfg.mlflow_tracking_uri or f"sqlite:///{store}"
         self.client = MlflowClient(tracking_uri=uri)
         # Names are stored too: a token pasted into one is masked like any param.
         name = scrub(cfg.mlflow_experiment)

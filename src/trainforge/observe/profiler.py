@@ -111,4 +111,6 @@ def profiler_callbacks(logging: LoggingConfig, run_dir: Path) -> list[Callback]:
     if not steps:
         return []
     wait = getattr(logging, "profile_wait_steps", 5)
-    return [ProfilerWindow(steps, wait, Path(run_dir) / "profiler")]
+    from trainforge.runfolder import RunFolder
+
+    return [ProfilerWindow(steps, wait, RunFolder(Path(run_dir)).profiler)]
