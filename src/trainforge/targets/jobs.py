@@ -65,7 +65,12 @@ def jobs_file() -> Path:
 
 
 def mirror_dir(record: JobRecord) -> Path:
-    return data_dir() / "mirror" / record.target / record.name
+    return mirror_path(record.target, record.name)
+
+
+def mirror_path(target: str, name: str) -> Path:
+    """Where the local mirror of run `name` on `target` is kept."""
+    return data_dir() / "mirror" / target / name
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge import __version__
 from trainforge.hardware import Platform
-from trainforge.web import api, compare, sweeps, trials
+from trainforge.web import api, api_targets, compare, sweeps, trials
 from trainforge.web.app_state import AppState
 from trainforge.web.limits import MAX_NAME, BodyLimit, cut
 from trainforge.web.model_list import human_bytes, list_models
@@ -131,6 +131,7 @@ def create_app(
     async def lifespan(app: FastAPI):
         yield
         state.system.close()
+        state.targets.close()
 
     app = FastAPI(
         title="trainforge",
@@ -147,6 +148,7 @@ def create_app(
     app.include_router(sweeps.router)
     app.include_router(trials.router)
     app.include_router(compare.router)
+    app.include_router(api_targets.router)
     _add_error_handlers(app)
     _add_login(app, settings)
     _add_pages(app, state)

@@ -19,6 +19,7 @@ from trainforge.web.run_files import MetricsCache, TelemetrySetting, checkpoints
 from trainforge.web.runner import Runner
 from trainforge.web.settings import WebSettings, is_trial_id
 from trainforge.web.system import SystemView
+from trainforge.web.targets import TargetRuns
 
 
 @dataclass
@@ -30,6 +31,7 @@ class AppState:
     metrics: MetricsCache
     system: SystemView
     cli_runs: CliRuns
+    targets: TargetRuns
     telemetry: TelemetrySetting = field(default_factory=TelemetrySetting)
     _views: dict[str, CachedView] = field(default_factory=dict)
     _version: int = 0
@@ -52,8 +54,11 @@ class AppState:
             metrics=MetricsCache(),
             system=SystemView(platform, settings.telemetry_interval_s),
             cli_runs=CliRuns(settings),
+            targets=TargetRuns(settings, registry),
         )
+        state.runner.targets = state.targets
         state.runner.reconcile()
+        state.targets.start()
         return state
 
     def list_runs(self) -> list[RunRecord]:
@@ -93,7 +98,8 @@ class AppState:
         if record.status == "completed" and record.output_model:
             paths.append(self.settings.models_path / record.output_model)
         position = self.runner.position(record.id) if record.status == "queued" else None
-        return (tuple(record.to_dict().values()), position, *map(_file_stamp, paths))
+        where = self.targets.stamp(record) if record.target else None
+        return (tuple(record.to_dict().values()), position, where, *map(_file_stamp, paths))
 
     def _build(self, record: RunRecord, folder: RunFolder) -> dict[str, Any]:
         latest = self.metrics.latest(folder)
@@ -117,6 +123,7 @@ class AppState:
             telemetry_note=telemetry_note(record.status, self.telemetry.get(folder)),
             model_ready=self._model_ready(record),
             **self._links(record),
+            **self.targets.view(record),
         )
         if record.task == "sweep":
             from trainforge.web.sweeps import sweep_outcome

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL,
-    queued_at REAL
+    queued_at REAL,
+    target TEXT
 )
 """
 
@@ -68,6 +69,7 @@ class RunRecord:
     started_at: float | None = None
     finished_at: float | None = None
     queued_at: float | None = None
+    target: str | None = None  # a cluster target's name (web/targets.py); None: this machine
 
     @property
     def active(self) -> bool:
@@ -91,6 +93,8 @@ class RunRegistry:
             columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
             if "queued_at" not in columns:  # a database from before the queue
                 db.execute("ALTER TABLE runs ADD COLUMN queued_at REAL")
+            if "target" not in columns:  # a database from before cluster targets
+                db.execute("ALTER TABLE runs ADD COLUMN target TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -16,6 +16,9 @@ by default, per server and so per device), otherwise records it as queued; whene
 ends the oldest queued one starts. A queued run can be cancelled. With more than one run at
 a time each child gets `TRAINFORGE_THREADS` = cores / parallel runs (hardware/threads.py),
 so together they never start more CPU threads than there are cores.
+
+A run on a cluster target (`record.target`) has no process here and takes no slot: Stop and
+Resume go to `targets` (web/targets.py), which acts through the target.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -37,6 +41,9 @@ from trainforge.runfolder import resume_command
 from trainforge.web.db import RUNNING, RunRecord, RunRegistry
 from trainforge.web.run_files import checkpoints, log_tail, summary_since
 from trainforge.web.settings import TOKEN_ENV, WebSettings
+
+if TYPE_CHECKING:
+    from trainforge.web.targets import TargetRuns
 
 STOP_CODES = {128 + signal.SIGINT: "SIGINT", 128 + signal.SIGTERM: "SIGTERM"}
 _ADOPT_POLL_S = 1.0
@@ -57,17 +64,25 @@ class Runner:
         self._slots = threading.RLock()
         self._children: dict[str, subprocess.Popen] = {}
         self._watched: set[str] = set()
+        self.targets: TargetRuns | None = None  # the cluster runs (AppState.create sets it)
         settings.logs_path.mkdir(parents=True, exist_ok=True)
 
     def log_path(self, run_id: str) -> Path:
+        mirror = self.settings.mirrors.get(run_id)
+        if mirror is not None:  # a cluster run: the log tail its watcher brings home
+            return mirror / "log.tail"
         return self.settings.logs_path / f"{run_id}.log"
+
+    def _queued(self) -> list[RunRecord]:
+        """The runs waiting for a slot here (a cluster run waits in its target's queue)."""
+        return [r for r in self.registry.queued() if not r.target]
 
     # ------------------------------------------------------------------ queue
     def submit(self, record: RunRecord, *, resume: bool = False) -> RunRecord:
         """Start `record` when a training slot is free and nothing waits before it, else
         record it as queued (it starts when a running one ends)."""
         with self._slots:
-            if self._free_slots() > 0 and not self.registry.queued():
+            if self._free_slots() > 0 and not self._queued():
                 return self.start(record, resume=resume)
             record.status, record.pid, record.pid_started = "queued", None, None
             record.exit_code, record.started_at, record.finished_at = None, None, None
@@ -90,18 +105,18 @@ class Runner:
 
     def position(self, run_id: str) -> int | None:
         """1 for the next queued run to start; None when `run_id` is not queued."""
-        ids = [r.id for r in self.registry.queued()]
+        ids = [r.id for r in self._queued()]
         return ids.index(run_id) + 1 if run_id in ids else None
 
     def _free_slots(self) -> int:
-        running = sum(1 for r in self.registry.active() if r.status in RUNNING)
+        running = sum(1 for r in self.registry.active() if r.status in RUNNING and not r.target)
         return int(self.settings.max_parallel_runs or 1) - running
 
     def start_queued(self) -> None:
         """Start the oldest queued runs while slots are free (after a run ends, at start-up)."""
         with self._slots:
             while self._free_slots() > 0:
-                waiting = self.registry.queued()
+                waiting = self._queued()
                 if not waiting:
                     return
                 record = waiting[0]
@@ -191,6 +206,8 @@ class Runner:
     def stop(self, run_id: str) -> RunRecord:
         """SIGINT (the trainer checkpoints and exits 130); asked again while stopping, SIGTERM."""
         record = self._require(run_id)
+        if record.target and self.targets is not None:
+            return self.targets.stop(record)
         if record.status == "queued":
             return self.cancel(run_id)
         if not record.active or record.pid is None:
@@ -215,6 +232,8 @@ class Runner:
             raise UserError(f"run {run_id} is still {record.status}", "stop it first")
         if record.status == "completed":
             raise UserError(f"run {run_id} has completed", "start a new run from Train Model")
+        if record.target and self.targets is not None:
+            return self.targets.resume(record)
         holder = self.settings.run_folder(run_id).holder()
         if holder is not None:  # e.g. `trainforge train --resume runs/NAME` from a terminal
             folder = self.settings.cli_run_folder(run_id)
@@ -238,7 +257,7 @@ class Runner:
     def reconcile(self) -> None:
         """Adopt live runs this server did not start; mark vanished ones. Call at start-up."""
         for record in self.registry.active():
-            if record.status == "queued":
+            if record.status == "queued" or record.target:  # a cluster run: targets watches it
                 continue  # no process yet: start_queued() starts it when a slot is free
             with self._lock:
                 mine = record.id in self._children or record.id in self._watched

@@ -92,6 +92,11 @@ class WebSettings:
     # `trainforge serve` runs this many nice steps below the trainings it starts
     # (web/priority.py); 0 keeps the server at their priority.
     server_niceness: int = SERVER_NICENESS
+    # The targets file (None: TRAINFORGE_TARGETS or ~/.config/trainforge/targets.yaml).
+    targets_file: Path | None = None
+    # Run id -> the local mirror of a run that executes on a cluster target (web/targets.py):
+    # its charts and status are read there.
+    mirrors: dict[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -121,7 +126,11 @@ class WebSettings:
 
     def run_folder(self, run_id: str) -> RunFolder:
         """A run's folder, to read (an absolute path under `root`); a sweep's trial
-        (`SWEEP/trial-NNN`) is the run folder inside the sweep's."""
+        (`SWEEP/trial-NNN`) is the run folder inside the sweep's; a cluster run's is its
+        local mirror."""
+        mirror = self.mirrors.get(run_id)
+        if mirror is not None:
+            return RunFolder(mirror)
         return RunFolder(self.runs_path / _checked_id(run_id))
 
     def cli_run_folder(self, run_id: str) -> RunFolder:

@@ -56,6 +56,29 @@ const TF = (() => {
     $("base-model-field").hidden = $("f-task").value !== "causal-lm";
   }
 
+  // The Target field: this machine, or a cluster target with its Slurm fields.
+  let targets = [];
+  async function loadTargets() {
+    const select = $("f-target");
+    const chosen = select.value || "local";
+    const { ok, data } = await api("GET", "/api/targets");
+    if (!ok) return;
+    targets = data;
+    select.replaceChildren(...data.map((t) => new Option(
+      t.name === "local" ? "local: this machine" : `${t.name}: Slurm on ${t.where}`, t.name)));
+    select.value = data.some((t) => t.name === chosen) ? chosen : "local";
+    const broken = data.find((t) => t.error);
+    if (broken) showErrors({ target: [broken.error] });
+    showTargetFields();
+  }
+
+  function showTargetFields() {
+    const target = targets.find((t) => t.name === $("f-target").value);
+    const cluster = Boolean(target) && target.name !== "local";
+    for (const node of document.querySelectorAll("#train-form .target-field")) node.hidden = !cluster;
+    if (cluster) $("f-partition").placeholder = target.partition || "the cluster's default";
+  }
+
   async function loadDefaults(config, profile) {
     const params = new URLSearchParams();
     if (config) params.set("config", config);
@@ -106,6 +129,12 @@ const TF = (() => {
     if (!body.dataset) body.dataset = null;
     body.overrides = $("f-overrides").value.split("\n").map((s) => s.trim()).filter(Boolean);
     body.overwrite = $("f-overwrite").checked;
+    if ($("f-target").value !== "local") {
+      body.target = $("f-target").value;
+      for (const name of ["nodes", "gpus_per_node"]) body[name] = number($(`f-${name}`).value.trim());
+      body.time = $("f-time").value.trim();
+      body.partition = $("f-partition").value.trim() || null;
+    }
     return body;
   }
 
@@ -122,7 +151,8 @@ const TF = (() => {
         base.focus();
         return;
       }
-      const { ok, status, data } = await api("POST", "/api/runs", body);
+      const url = body.target ? "/api/targets/runs" : "/api/runs";
+      const { ok, status, data } = await api("POST", url, body);
       if (ok) { location.href = `/runs/${encodeURIComponent(data.id)}`; return; }
       if (status === 422 && data && data.errors) showErrors(data.errors);
       else showErrors({ _form: [data && data.detail ? String(data.detail) : `error ${status}`] });
@@ -134,7 +164,7 @@ const TF = (() => {
   function setUpDialog() {
     const dialog = $("train-dialog");
     if (!dialog) return;
-    const open = () => { dialog.showModal(); loadDefaults(); };  // re-read on every open
+    const open = () => { dialog.showModal(); loadDefaults(); loadTargets(); };  // re-read on every open
     $("open-train").addEventListener("click", open);
     $("train-cancel").addEventListener("click", () => dialog.close());
     $("train-form").addEventListener("submit", submit);
@@ -142,6 +172,7 @@ const TF = (() => {
     $("f-profile").addEventListener("change",
       () => loadDefaults($("f-config").value, $("f-profile").value));
     $("f-task").addEventListener("change", showTaskFields);
+    $("f-target").addEventListener("change", showTargetFields);
     if (dialog.dataset.open) open();
   }
 
@@ -162,13 +193,46 @@ const TF = (() => {
     return seconds ? new Date(seconds * 1000).toLocaleString() : "";
   }
 
+  // Run id -> {target, job_id, reason, unreachable}: what the Runs page shows of each target.
+  async function targetViews() {
+    const { ok, data } = await api("GET", "/api/targets/runs");
+    return ok ? data : {};
+  }
+
+  function targetCell(where) {
+    const cell = el("span", where.target || "local");
+    if (where.job_id) cell.append(" ", el("span", `job ${where.job_id}`, "muted"));
+    if (where.unreachable) {
+      const badge = el("span", "unreachable", "badge unreachable");
+      badge.title = where.unreachable;
+      cell.append(" ", badge);
+    }
+    return cell;
+  }
+
+  // The filter box: rows whose name, status, target or tags hold every word typed.
+  function filterRuns() {
+    const box = $("runs-filter");
+    if (!box) return;
+    const words = box.value.toLowerCase().split(/\s+/).filter(Boolean);
+    for (const row of document.querySelectorAll("#runs-table tbody tr[data-run]")) {
+      const text = [row.dataset.run, row.dataset.status, row.dataset.target,
+                    row.dataset.tags || ""].join(" ").toLowerCase();
+      row.hidden = !words.every((word) => text.includes(word));
+    }
+  }
+
   async function refreshRunsTable() {
-    const { ok, data } = await api("GET", "/api/runs");
+    const [{ ok, data }, where] = await Promise.all([api("GET", "/api/runs"), targetViews()]);
     if (!ok) return;
     const body = document.querySelector("#runs-table tbody");
     body.replaceChildren(...data.map((run) => {
       const row = el("tr");
+      const place = where[run.id] || { target: "local" };
       row.dataset.run = run.id;
+      row.dataset.status = run.status;
+      row.dataset.target = place.target;
+      if (Array.isArray(run.tags)) row.dataset.tags = run.tags.join(" ");
       const link = el("span");
       const anchor = el("a", run.id);
       anchor.href = run.page;  // a sweep opens the sweep's page
@@ -176,8 +240,11 @@ const TF = (() => {
       if (run.origin !== "app") link.append(" ", el("span", `(${run.origin})`, "muted origin"));
       const train = run.latest.train || {};
       const val = run.latest.val || {};
+      const status = el("span");
+      status.append(el("span", run.status, `status status-${run.status}`));
+      if (place.reason) status.append(" ", el("span", `(${place.reason})`, "muted reason"));
       const cells = [
-        link, run.task, el("span", run.status, `status status-${run.status}`),
+        link, targetCell(place), run.task, status,
         run.total_steps ? `${run.step} / ${run.total_steps}` : run.step,
         train.loss != null ? train.loss.toFixed(4) : "",
         val.accuracy != null ? `${(val.accuracy * 100).toFixed(2)} %` : "",
@@ -186,11 +253,27 @@ const TF = (() => {
       for (const [i, cell] of cells.entries()) {
         const td = el("td");
         if (cell instanceof Node) td.append(cell); else td.textContent = cell;
-        if (i === 5) td.className = "val-accuracy";
+        if (i === 1) td.className = "target";
+        if (i === 6) td.className = "val-accuracy";
         row.append(td);
       }
       return row;
     }));
+    filterRuns();
+  }
+
+  // The Runs page: refreshed when a run changes, and every few seconds while a cluster run
+  // is live (its step, pending reason and badge come from the server's target watcher).
+  function watchRunsPage() {
+    watchRuns(() => refreshRunsTable());
+    const box = $("runs-filter");
+    if (box) box.addEventListener("input", filterRuns);
+    setInterval(() => {
+      const rows = document.querySelectorAll("#runs-table tr[data-target]");
+      const live = [...rows].some((row) => row.dataset.target !== "local" &&
+        ["queued", "running", "stopping"].includes(row.dataset.status));
+      if (live) refreshRunsTable();
+    }, 3000);
   }
 
   function humanBytes(n) {
@@ -257,5 +340,6 @@ const TF = (() => {
       node.textContent = formatTime(Number(node.dataset.time));
     }
   });
-  return { api, el, watchRuns, refreshRunsTable, refreshModelsTable, pollTelemetry, renderReadings };
+  return { api, el, watchRuns, watchRunsPage, refreshRunsTable, refreshModelsTable, pollTelemetry,
+           renderReadings };
 })();
