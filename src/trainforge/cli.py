@@ -147,6 +147,21 @@ def _send_to(name: str, file: Path | None):
     return send
 
 
+def _send_sweep_to(name: str, file: Path | None):
+    """What `sweep_main` calls with a checked sweep: submit its job array on the target."""
+
+    def send(plan: dict, own: dict) -> None:
+        from trainforge.targets.store import get_target
+        from trainforge.targets.submit import submit_sweep
+
+        record, tasks = submit_sweep(get_target(name, file), plan, own)
+        print(f"Submitted batch job {record.job_id} on {name} ({tasks} array tasks)")
+        print(f"sweep {record.name}: trainforge sweep status {record.run_dir} (on the cluster)")
+        print(f"follow: trainforge jobs logs {record.name} -f   list: trainforge jobs")
+
+    return send
+
+
 def _run_args(ctx: typer.Context, command: str):
     """The flags of `train` / `validate` / `config show`; None after printing `--help`."""
     from trainforge.config import flags as run_flags
@@ -483,11 +498,12 @@ def slurm_cmd(ctx: typer.Context) -> None:
 
 @app.command("sweep", context_settings=_FORWARD, add_help_option=False)
 def sweep_cmd(ctx: typer.Context) -> None:
-    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N TRAIN_FLAGS...`;
-    `sweep status runs/NAME` (--help: options)."""
+    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N TRAIN_FLAGS...`
+    [--slurm --time T --submit [--target NAME]]; `sweep status runs/NAME` (--help: options)."""
     from trainforge.sweep.cli import sweep_main
 
-    _exit_with(sweep_main(list(ctx.args)))
+    target, words = _target_of(list(ctx.args))
+    _exit_with(sweep_main(words, send=_send_sweep_to(*target) if target else None))
 
 
 @app.command()

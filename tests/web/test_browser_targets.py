@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 VENV_BIN = Path(sys.executable).parent
 OVERRIDES = [
     *TINY_VIT,
-    "training.max_steps=2000",
+    "training.max_steps=6000",
     "checkpoint.save_steps=100",
     "checkpoint.save_every_epochs=null",
     "evaluation.eval_steps=100",
@@ -73,7 +73,13 @@ def test_dialog_submits_to_a_target_watch_stop_resume_and_badge(tmp_path, monkey
     node = start_login_node(tmp_path / "login-node")
     bin_dir, jobs = fake_slurm.install(tmp_path / "slurm")
     (jobs / "hold").touch()  # the first job waits, as behind another user's
-    setup = f"export PATH={bin_dir}:$PATH FAKE_SLURM={jobs} && source {VENV_BIN}/activate"
+    # The job's Python reads the same sources as this side's (PYTHONPATH, where a checkout
+    # runs its tests against another tree).
+    path = os.environ.get("PYTHONPATH", "")
+    setup = (
+        f"export PATH={bin_dir}:$PATH FAKE_SLURM={jobs} PYTHONPATH={path} "
+        f"&& source {VENV_BIN}/activate"
+    )
     targets = tmp_path / "targets.yaml"
     fields = node.target_fields(remote_dir=str(remote), setup=setup, partition="debug")
     targets.write_text(yaml.safe_dump({"targets": {"hpc": fields}}), encoding="utf-8")
@@ -126,7 +132,7 @@ def test_dialog_submits_to_a_target_watch_stop_resume_and_badge(tmp_path, monkey
             run_dir = remote / "runs/on-cluster"
             assert (run_dir / "checkpoints/checkpoint_interrupted").is_dir()
             stopped_at = int(page.locator("#s-step").inner_text())
-            assert stopped_at < 2000
+            assert stopped_at < 6000
 
             page.click("#resume-button")
             page.wait_for_function(STEP_AT_LEAST, arg=stopped_at + 20)
@@ -145,7 +151,7 @@ def test_dialog_submits_to_a_target_watch_stop_resume_and_badge(tmp_path, monkey
             expect(badge).to_be_hidden(timeout=300_000)
             page.goto(f"{url}/runs/on-cluster")
             expect(page.locator("#run-status")).to_have_text("completed", timeout=600_000)
-            expect(page.locator("#s-step")).to_have_text("2000")
+            expect(page.locator("#s-step")).to_have_text("6000")
             browser.close()
         listed = subprocess.run(
             [sys.executable, "-m", "trainforge", "jobs", "--json"],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,15 +87,24 @@ def _int_opt(own: dict, name: str, default: int | None) -> int | None:
     return value
 
 
-def sweep_main(argv: list[str]) -> int:
-    """Run `trainforge sweep ARGV`; UserError propagates to the top-level handler."""
+def sweep_main(argv: list[str], *, send: Callable[[dict, dict], None] | None = None) -> int:
+    """Run `trainforge sweep ARGV`; UserError propagates to the top-level handler. `send`
+    submits the job array elsewhere (`--target`: a cluster over SSH) instead of here."""
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
     if argv[0] == "status":
         return status_main(argv[1:])
     own, rest = split_args(argv)
+    if send is not None and not (own.get("slurm") and own.get("submit")):
+        raise UserError(
+            "--target runs the sweep on a cluster as a Slurm job array",
+            "add --slurm --time HH:MM:SS --submit",
+        )
     plan = prepare(own, rest)
+    if send is not None:
+        send(plan, own)
+        return 0
     if own.get("slurm"):
         from trainforge.sweep.slurm import slurm_sweep
 

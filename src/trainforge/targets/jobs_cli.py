@@ -161,6 +161,10 @@ def resume_command(
     from trainforge.targets.submit import submit_run
 
     old = get_job(name)
+    if old.options.get("sweep"):
+        raise UserError(
+            f"{name} is a sweep", "continue it with the same trainforge sweep command (--target)"
+        )
     if old.state not in FINAL:
         raise UserError(
             f"job {name} is {old.state}", "wait for it, or stop it: trainforge jobs stop"

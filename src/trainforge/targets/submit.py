@@ -88,6 +88,52 @@ def sbatch_remote(remote: Remote, script: str, script_path: str) -> str:
     return job_id
 
 
+def submit_sweep(
+    target: Target, plan: dict[str, Any], own: dict[str, Any]
+) -> tuple[JobRecord, int]:
+    """A checked sweep (`sweep.cli.prepare`) as a Slurm job array on the target: the array
+    script `trainforge sweep --slurm` renders, with the sweep's record, config, space and
+    inputs copied to the project folder there. (the job, its array size)."""
+    from trainforge.config.loading import read_config_file
+    from trainforge.sweep.slurm import array_job, render_array
+    from trainforge.sweep.study import record_sweep
+
+    if target.kind != "slurm":
+        raise UserError(f"target {target.name} is this machine", "drop --target")
+    for what, path in (("the config", plan["config"]), ("--space", plan["space_file"])):
+        if Path(path).is_absolute() or path.startswith(".."):
+            raise UserError(
+                f"{what} {path} is outside this project folder: it is copied to the same "
+                "place in the target's",
+                "name it by a path inside this folder",
+            )
+    job, tasks = array_job(plan, own)
+    extra = (*job.extra_directives, f"qos={target.qos}") if target.qos else job.extra_directives
+    job = dataclasses.replace(
+        job, partition=job.partition or target.partition, account=job.account or target.account,
+        extra_directives=extra,
+    )  # fmt: skip
+    ensure_free(plan["name"])
+    _, found = probe_target(target)
+    job = dataclasses.replace(job, env_bin=found.get("bin") or None)
+    folder = record_sweep(plan)  # sweep.json before any task starts, copied with the inputs
+    Path(job.output_dir).mkdir(parents=True, exist_ok=True)  # Slurm opens the logs there
+    data = read_config_file(Path(plan["config"]))
+    files = [*local_inputs(Path(plan["config"]), data), plan["space_file"], str(folder.path)]
+    remote = Remote(target)
+    if target.remote or target.remote_dir:
+        copy_inputs(remote, files)
+    script_path = f"{job.output_dir}/{job.job_name}.sbatch"
+    job_id = sbatch_remote(remote, render_array(plan, job, tasks), script_path)
+    record = JobRecord(
+        name=plan["name"], target=target.name, job_id=job_id, config=plan["config"],
+        run_dir=str(folder.path), log=f"{job.output_dir}/slurm-{job_id}_0.out",
+        submitted_at=datetime.now(UTC).isoformat(timespec="seconds"), options={"sweep": True},
+    )  # fmt: skip
+    save_job(record)
+    return record, tasks
+
+
 def submit_run(target: Target, config: Path, **options: Any) -> JobRecord:
     """Validate, check, copy, submit, record. `options` are `launch.cli.build_job`'s (nodes,
     gpus_per_node, time, ...) without partition/account, which the target supplies unless

@@ -60,10 +60,21 @@ def _parse(text: str) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[
         elif line.startswith("tf-a="):
             fields = line[5:].split("|")
             accounting[fields[0]] = fields[1:]
+            # An array's tasks (ID_0, ID_1 ...) speak for the array: the first that did not
+            # complete, else the first.
+            base = fields[0].split("_")[0]
+            if base != fields[0] and (
+                base not in accounting or accounting[base][0].startswith("COMPLETED")
+            ):
+                accounting[base] = fields[1:]
         elif line.startswith("tf-c="):
             pairs = dict(item.split("=", 1) for item in line[5:].split() if "=" in item)
-            if pairs.get("JobId") and pairs["JobId"] not in accounting:
-                accounting[pairs["JobId"]] = [pairs.get("JobState", ""), pairs.get("ExitCode", "")]
+            key = pairs.get("ArrayJobId") or pairs.get("JobId")  # an array's task: its array
+            state = pairs.get("JobState", "")
+            # An array's tasks speak for it as in sacct's lines: one not completed wins.
+            unfinished = "ArrayJobId" in pairs and not state.startswith("COMPLETED")
+            if key and (key not in accounting or unfinished):
+                accounting[key] = [state, pairs.get("ExitCode", "")]
         elif line.startswith(("tf-log=", "tf-end=")):
             current = logs.setdefault(line[7:], []) if line.startswith("tf-log=") else None
             continue
