@@ -1,12 +1,14 @@
 """Slurm's commands as small shell scripts, for the browser test's login node (the CLI's
 tests use the real Slurm, test_slurm_target.py, which a browser-test machine may not have).
 
-They keep jobs as files in `$FAKE_SLURM`. `sbatch` runs the real rendered batch script in a
-process group of its own, with the variables Slurm sets, its output where `#SBATCH --output`
-says; while the file `$FAKE_SLURM/hold` exists a job waits, pending for `Resources`.
-`squeue` lists a job as PENDING or RUNNING while its process group lives, `sacct` says how it
-ended, `scancel` sends SIGTERM to the whole group as Slurm does to a job's processes, `srun`
-runs its command here, `scontrol show hostnames` names this machine, `sinfo` one partition.
+They keep jobs as files in `$FAKE_SLURM`. `sbatch` runs the real rendered batch script in
+the background with the variables Slurm sets, its output where `#SBATCH --output` says; while
+the file `$FAKE_SLURM/hold` exists a job waits, pending for `Resources`. A job's processes
+are those whose environment holds its `SLURM_JOB_ID` (what Slurm's cgroup is to a real job:
+torchrun's workers included, wherever they sit in the process tree). `squeue` lists a job as
+PENDING or RUNNING while it has processes, `sacct` says how it ended, `scancel` sends SIGTERM
+to every one of them as Slurm does, `srun` runs its command here, `scontrol show hostnames`
+names this machine, `sinfo` one partition.
 """
 
 from __future__ import annotations
@@ -41,13 +43,17 @@ echo "$id"
 """
 
 SQUEUE = r"""#!/bin/bash
+job_pids() {  # the processes of job $1: started with its SLURM_JOB_ID, from this $FAKE_SLURM
+    grep -lz "^SLURM_JOB_ID=$1\$" /proc/[0-9]*/environ 2>/dev/null |
+        xargs -r grep -lz "^FAKE_SLURM=$FAKE_SLURM\$" 2>/dev/null | cut -d/ -f3
+}
 fmt="%i %T %r"; ids=""
 while [ $# -gt 0 ]; do
     case "$1" in -o) fmt=$2; shift;; -j) ids=$2; shift;; esac; shift
 done
 for id in ${ids//,/ }; do
     [ -s "$FAKE_SLURM/$id.pgid" ] || continue
-    kill -0 -- "-$(cat "$FAKE_SLURM/$id.pgid")" 2>/dev/null || continue
+    [ -n "$(job_pids "$id")" ] || continue
     if [ -e "$FAKE_SLURM/$id.queued" ]; then state=PENDING; reason=Resources
     else state=RUNNING; reason=None; fi
     line=${fmt//%i/$id}; line=${line//%T/$state}; echo "${line//%r/$reason}"
@@ -55,11 +61,15 @@ done
 """
 
 SACCT = r"""#!/bin/bash
+job_pids() {  # the processes of job $1: started with its SLURM_JOB_ID, from this $FAKE_SLURM
+    grep -lz "^SLURM_JOB_ID=$1\$" /proc/[0-9]*/environ 2>/dev/null |
+        xargs -r grep -lz "^FAKE_SLURM=$FAKE_SLURM\$" 2>/dev/null | cut -d/ -f3
+}
 ids=""
 while [ $# -gt 0 ]; do case "$1" in -j) ids=$2; shift;; esac; shift; done
 for id in ${ids//,/ }; do
     [ -s "$FAKE_SLURM/$id.pgid" ] || continue
-    kill -0 -- "-$(cat "$FAKE_SLURM/$id.pgid")" 2>/dev/null && continue
+    [ -n "$(job_pids "$id")" ] && continue
     if [ -e "$FAKE_SLURM/$id.cancelled" ]; then echo "$id|CANCELLED by 0|0:15|0"
     elif [ "$(cat "$FAKE_SLURM/$id.rc" 2>/dev/null)" = 0 ]; then echo "$id|COMPLETED|0:0|0"
     else echo "$id|FAILED|$(cat "$FAKE_SLURM/$id.rc" 2>/dev/null || echo 1):0|0"; fi
@@ -67,8 +77,13 @@ done
 """
 
 SCANCEL = r"""#!/bin/bash
+job_pids() {  # the processes of job $1: started with its SLURM_JOB_ID, from this $FAKE_SLURM
+    grep -lz "^SLURM_JOB_ID=$1\$" /proc/[0-9]*/environ 2>/dev/null |
+        xargs -r grep -lz "^FAKE_SLURM=$FAKE_SLURM\$" 2>/dev/null | cut -d/ -f3
+}
 touch "$FAKE_SLURM/$1.cancelled"
-[ -s "$FAKE_SLURM/$1.pgid" ] && kill -TERM -- "-$(cat "$FAKE_SLURM/$1.pgid")" 2>/dev/null
+pids=$(job_pids "$1")
+[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
 exit 0
 """
 
@@ -90,6 +105,21 @@ COMMANDS = {
     "sbatch": SBATCH, "squeue": SQUEUE, "sacct": SACCT, "scancel": SCANCEL,
     "scontrol": SCONTROL, "srun": SRUN, "sinfo": SINFO,
 }  # fmt: skip
+
+
+def job_processes(jobs: Path) -> list[int]:
+    """The processes of every job this stand-in started (to end them after a test)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            names = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"FAKE_SLURM={jobs}".encode() in names and any(
+            n.startswith(b"SLURM_JOB_ID=") for n in names
+        ):
+            found.append(int(environ.parent.name))
+    return found
 
 
 def install(folder: Path) -> tuple[Path, Path]:

@@ -98,6 +98,7 @@ def test_dialog_submits_to_a_target_watch_stop_resume_and_badge(tmp_path, monkey
             # Judged beside the fields like the others, before anything is sent.
             page.fill("#f-time", "ten minutes")
             page.select_option("#f-config", "config/vit_digits.yaml")
+            expect(page.locator("#f-output_name")).to_have_value("vit-digits")  # its defaults
             page.fill("#f-output_name", "on-cluster")
             page.fill("#f-overrides", "\n".join(OVERRIDES))
             page.click("#train-start")
@@ -160,6 +161,6 @@ def test_dialog_submits_to_a_target_watch_stop_resume_and_badge(tmp_path, monkey
         assert '"state": "completed"' in listed.stdout, listed.stdout + listed.stderr
     finally:
         node.stop()
-        for pgid in jobs.glob("*.pgid"):
-            with contextlib.suppress(OSError, ValueError):  # a job left running
-                os.killpg(int(pgid.read_text()), 9)
+        for pid in fake_slurm.job_processes(jobs):  # a job left running
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)

@@ -50,6 +50,10 @@ FIELD_PATHS = {
     "task.kind": "task",
     "model.arch": "task",
     "profile": "profile",
+    # The precision comes from the profile unless an override names it (which then wins: the
+    # earliest mention, and "overrides" sorts first on a tie): fp16 on a machine without CUDA
+    # is refused beside the profile that asked for it.
+    "training.precision": "profile",
 }
 # Fields the dialog owns or the server decides: not settable through the overrides box.
 RESERVED_PREFIXES = (
