@@ -134,10 +134,12 @@ def test_causal_lm_checks_dataset_file_and_base_model(make_client):
     assert "no model folder models/no-such-model" in errors["base_model"][0]
 
 
-def test_fp16_profile_on_a_cpu_machine_is_refused_like_the_cli(make_client):
+def test_fp16_profile_on_a_cpu_machine_is_refused_beside_the_profile_field(make_client):
     form = run_form(profile="jetson-orin")  # fp16: needs CUDA, this recorded machine has none
     errors = make_client(fixture=CPU).post("/api/runs", json=form).json()["errors"]
-    assert any("training.precision = 'fp16': needs a CUDA device" in m for m in errors["_form"])
+    # Beside the field that chose fp16 (the profile), not under the form.
+    assert any("training.precision = 'fp16': needs a CUDA device" in m for m in errors["profile"])
+    assert "_form" not in errors
 
 
 def test_each_error_goes_beside_the_field_it_names_not_a_flag_in_its_hint():
@@ -152,8 +154,7 @@ def test_each_error_goes_beside_the_field_it_names_not_a_flag_in_its_hint():
     ]
     errors = place_errors(lines, ["training.max_steps=0"])
     assert errors == {
-        "_form": [lines[0]],
-        "profile": [lines[1]],
+        "profile": [lines[0], lines[1]],
         "learning_rate": [lines[2]],
         "overrides": [lines[3]],
     }
