@@ -89,3 +89,24 @@ def test_the_server_never_waits_on_ssh(client, silent_node):
         time.sleep(0.2)
     assert run["status"] == "failed", run
     assert "target hpc:" in run["message"] and "127.0.0.1" in run["message"], run
+
+
+def test_the_sweeps_page_starts_a_sweep_on_a_target_as_a_job_array(client, silent_node):
+    sweep = {
+        "config": "config/vit_digits.yaml", "name": "arr", "trials": 4, "pruner": "none",
+        "space": "params:\n  optimizer.learning_rate: {log_uniform: [1.0e-3, 3.0e-3]}\n",
+        "args": ["--max_steps", "20"], "target": "hpc", "parallel": 2, "time": "soon",
+    }  # fmt: skip
+    refused = client.post("/api/sweeps", json=sweep)
+    assert refused.status_code == 422 and "--time 'soon'" in refused.json()["errors"][0]
+    assert "hpc" in client.get("/sweeps").text  # the form's Target list
+    started = client.post("/api/sweeps", json={**sweep, "time": "00:10:00"})
+    assert started.status_code == 201, started.text
+    assert started.json() == {"name": "arr", "status": "queued", "target": "hpc"}
+    connection, _ = silent_node.accept()  # the submission waits on the login node ...
+    try:
+        record = client.get("/api/runs/arr").json()  # ... and the app answers meanwhile
+        assert (record["task"], record["status"]) == ("sweep", "queued")
+        assert client.get("/api/targets/runs").json()["arr"]["target"] == "hpc"
+    finally:
+        connection.close()

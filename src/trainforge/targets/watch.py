@@ -138,6 +138,11 @@ def _metric(record: JobRecord) -> tuple[int | None, dict[str, float]]:
 def mirror(remote: Remote, record: JobRecord) -> None:
     folder = mirror_dir(record)
     folder.mkdir(parents=True, exist_ok=True)
+    if record.options.get("sweep"):  # the study and its trials' records, not their weights
+        source = remote.rsync_destination(record.run_dir) + "/"
+        skip = ["--exclude", "checkpoints/", "--exclude", "tensorboard/", "--exclude", "model/"]
+        remote.rsync([*skip, source, f"{folder}/"], timeout=300)
+        return
     sources = [remote.rsync_destination(f"{record.run_dir}/{name}") for name in MIRRORED]
     remote.rsync(["--ignore-missing-args", *sources, f"{folder}/"], timeout=300)
 

@@ -60,6 +60,11 @@ class SweepRequest(BaseModel):
     args: list[Annotated[str, Field(max_length=MAX_ITEM)]] = Field(
         default_factory=list, max_length=MAX_ITEMS, description="Train flags for every trial."
     )
+    target: str = Field(
+        "local", max_length=MAX_NAME, description="local, or a cluster target: a job array."
+    )
+    time: str = Field("01:00:00", max_length=32, description="A target's Slurm time limit.")
+    parallel: int = Field(2, ge=1, le=256, description="A target's array tasks at once.")
 
 
 # A trial that ended; a sweep whose trials all ended with none COMPLETE found nothing.
@@ -79,9 +84,11 @@ def _plain(name: str) -> str:
 
 
 def _sweep_folder(state: Any, name: str) -> Any:
+    """The sweep's folder here, or for a sweep on a cluster target its local mirror."""
     from trainforge.sweep.study import SweepFolder
 
-    return SweepFolder(state.settings.runs_path / _plain(name))
+    mirror = state.settings.mirrors.get(_plain(name))
+    return SweepFolder(mirror or state.settings.runs_path / name)
 
 
 def is_sweep(state: Any, name: str) -> bool:
@@ -203,6 +210,8 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     space_path.write_text(body.space, encoding="utf-8")
     own_args = ["--space", str(space_path), "--trials", str(body.trials), "--name", name,
                 "--pruner", body.pruner]  # fmt: skip
+    if body.target != "local":
+        return _start_on_target(state, body, name, space_path)
     argv = [body.config, *own_args, *body.args]
     try:
         own, rest = split_args([str(config), *own_args, *body.args])
@@ -217,6 +226,41 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     state.runner.submit(record)
     return JSONResponse(sweep_view(state, name) if _sweep_folder(state, name).is_sweep()
                         else {"name": name, "status": record.status}, status_code=201)  # fmt: skip
+
+
+def _start_on_target(state: Any, body: SweepRequest, name: str, space: Path) -> JSONResponse:
+    """The sweep as a job array on a cluster target (`trainforge sweep --slurm --submit
+    --target`): checked here like any sweep, sent in the background."""
+    from trainforge.sweep.cli import prepare, split_args
+
+    root = state.settings.root
+    if body.target not in state.targets.targets():
+        space.unlink(missing_ok=True)
+        return JSONResponse({"errors": [f"target {body.target}: not in the targets file"]},
+                            status_code=422)  # fmt: skip
+    if not space.is_relative_to(root):  # copied to the same relative place on the cluster
+        space.unlink(missing_ok=True)
+        return JSONResponse({"errors": ["a sweep on a target needs the server's database "
+                                        "inside the project folder (serve --db)"]},
+                            status_code=422)  # fmt: skip
+    argv = [body.config, "--space", str(space.relative_to(root)), "--trials", str(body.trials),
+            "--name", name, "--pruner", body.pruner, *body.args, "--slurm", "--time", body.time,
+            "--parallel", str(body.parallel), "--submit"]  # fmt: skip
+    try:
+        own, rest = split_args(argv)
+        prepare(own, rest)
+        from trainforge.launch.slurm import parse_time
+
+        parse_time(body.time)
+    except UserError as err:
+        space.unlink(missing_ok=True)
+        return JSONResponse({"errors": [cut(x) for x in err.line().splitlines()]},
+                            status_code=422)  # fmt: skip
+    record = RunRecord(id=name, task="sweep", config=body.config, profile="auto", argv=argv,
+                       form=body.model_dump(), target=body.target)  # fmt: skip
+    state.targets.submit_sweep(record, argv)
+    return JSONResponse({"name": name, "status": record.status, "target": body.target},
+                        status_code=201)  # fmt: skip
 
 
 def _request_problems(settings: Any, body: SweepRequest) -> tuple[Path | None, list[str]]:
@@ -271,10 +315,19 @@ def add_pages(app: Any, state: Any) -> None:
         context.update(active=active, version=__version__, platform=state.platform)
         return templates.TemplateResponse(request, name, context)
 
+    def targets() -> list[dict[str, Any]]:
+        """The Start form's Target list (a broken targets file leaves this machine only)."""
+        try:
+            return state.targets.choices()
+        except UserError:
+            return [{"name": "local", "where": "this machine"}]
+
     @app.get("/sweeps", response_class=HTMLResponse, include_in_schema=False)
     def sweeps_page(request: Request) -> HTMLResponse:
         configs = config_files(state.settings)  # the path rule's: no symlink out of config/
-        return page(request, "sweeps.html", "sweeps", configs=configs, current="")
+        return page(
+            request, "sweeps.html", "sweeps", configs=configs, current="", targets=targets()
+        )
 
     @app.get("/sweeps/{name}", response_class=HTMLResponse, include_in_schema=False)
     def sweep_page(request: Request, name: str) -> HTMLResponse:
@@ -282,7 +335,9 @@ def add_pages(app: Any, state: Any) -> None:
         if not is_sweep(state, _plain(name)):
             raise HTTPException(404, f"no sweep named {name}")
         configs = config_files(state.settings)
-        return page(request, "sweeps.html", "sweeps", configs=configs, current=name)
+        return page(
+            request, "sweeps.html", "sweeps", configs=configs, current=name, targets=targets()
+        )
 
     @app.get("/runs/{sweep}/{trial}", response_class=HTMLResponse, include_in_schema=False)
     def trial_page(request: Request, sweep: str, trial: str) -> HTMLResponse:

@@ -98,6 +98,40 @@ class TargetRuns:
         self._background(self._submit, record.id, record.target, config, options, False)
         return record
 
+    def submit_sweep(self, record: RunRecord, argv: list[str]) -> RunRecord:
+        """Record the sweep as queued and send its job array in the background; `argv` is
+        the `trainforge sweep` command line (with `--slurm --time T --submit`)."""
+        assert record.target
+        self.settings.mirrors[record.id] = mirror_path(record.target, record.id)
+        record.status, record.message = "queued", f"submitting to {record.target}"
+        record.queued_at = time.time()
+        self.registry.save(record)
+        self._background(self._submit_sweep, record.id, record.target, argv)
+        return record
+
+    def _submit_sweep(self, run_id: str, name: str, argv: list[str]) -> None:
+        from trainforge.sweep.cli import prepare, split_args
+        from trainforge.targets.submit import submit_sweep
+
+        try:
+            target = self.targets().get(name)
+            if target is None:
+                raise UserError(f"target {name} is no longer in the targets file", "add it back")
+            own, rest = split_args(argv)
+            job, _ = submit_sweep(target, prepare(own, rest), own)
+        except UserError as err:
+            self._failed(run_id, err.line().replace("\n", " "))
+        else:
+            with self._lock:
+                self._jobs[run_id] = job
+            self.registry.update(
+                run_id, message=f"Slurm job array {job.job_id} on {name}", started_at=time.time()
+            )
+        finally:
+            with self._lock:
+                self._submitting.discard(run_id)
+        self._wake.set()
+
     def stop(self, record: RunRecord) -> RunRecord:
         """scancel in the background: the run saves a checkpoint and ends (no requeue)."""
         job = self._job(record.id)
@@ -112,6 +146,8 @@ class TargetRuns:
         job = self._job(record.id)
         if job is None:
             raise UserError(f"run {record.id} was never submitted", "start it from Train Model")
+        if job.options.get("sweep"):
+            raise UserError(f"{record.id} is a sweep", "start it again from the Sweeps page")
         self.registry.update(
             record.id, status="queued", message=f"resubmitting to {record.target}",
             attempts=record.attempts + 1, finished_at=None, exit_code=None, queued_at=time.time(),
@@ -125,7 +161,7 @@ class TargetRuns:
         return job or next((j for j in all_jobs() if j.name == run_id), None)
 
     def _background(self, work: Callable, *args: Any) -> None:
-        if work == self._submit:
+        if work in (self._submit, self._submit_sweep):
             with self._lock:
                 self._submitting.add(args[0])
         threading.Thread(target=work, args=args, name="target-action", daemon=True).start()

@@ -84,6 +84,10 @@
       pruner: $("sw-pruner").value, space: $("sw-space").value,
       args: $("sw-args").value.split(/\s+/).filter(Boolean),
     };
+    if ($("sw-target") && $("sw-target").value !== "local") {  // a job array on a cluster
+      Object.assign(body, { target: $("sw-target").value, time: $("sw-time").value.trim(),
+                            parallel: Number($("sw-parallel").value) });
+    }
     const response = await fetch("/api/sweeps", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
     });
