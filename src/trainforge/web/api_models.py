@@ -79,6 +79,16 @@ class RunOut(BaseModel):
     can_stop: bool = Field(
         False, description="A command-line run this server can signal (same user): Stop works."
     )
+    display_name: str = Field("", description="The name the user gave the run (else its id).")
+    tags: list[str] = Field(default_factory=list, description="The user's tags.")
+    note: str = Field("", description="The user's note.")
+    final: dict[str, Any] | None = Field(
+        None, description="A run that ended: final metrics, best metric, steps, time (s)."
+    )
+    folder: str = Field("", description="The run folder, as a path under the project.")
+    files: list[str] = Field(
+        default_factory=list, description="Run files readable at /runs/ID/files/NAME."
+    )
 
 
 class ErrorsOut(BaseModel):

@@ -35,9 +35,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge import __version__
 from trainforge.hardware import Platform
-from trainforge.web import api, api_targets, compare, sweeps, trials
+from trainforge.web import api, api_targets, artefacts, compare, run_manage, sweeps, trials
 from trainforge.web.app_state import AppState
 from trainforge.web.limits import MAX_NAME, BodyLimit, cut
+from trainforge.web.links import add_links
 from trainforge.web.model_list import human_bytes, list_models
 from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
 
@@ -148,6 +149,8 @@ def create_app(
     app.include_router(sweeps.router)
     app.include_router(trials.router)
     app.include_router(compare.router)
+    app.include_router(run_manage.router)
+    app.include_router(artefacts.router)
     app.include_router(api_targets.router)
     _add_error_handlers(app)
     _add_login(app, settings)
@@ -199,6 +202,8 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
     def page(request: Request, name: str, active: str, **context: Any) -> HTMLResponse:
         context.update(active=active, version=__version__, platform=state.platform)
         return templates.TemplateResponse(request, name, context)
+
+    add_links(app, state, page)
 
     @app.get("/favicon.ico", include_in_schema=False)
     def favicon() -> FileResponse:

@@ -16,6 +16,7 @@ from trainforge.runfolder import RunFolder
 from trainforge.web.cli_runs import CliRuns, signalable, stop_hint
 from trainforge.web.db import RunRecord, RunRegistry
 from trainforge.web.run_files import MetricsCache, TelemetrySetting, checkpoints, telemetry_note
+from trainforge.web.run_view import run_extras
 from trainforge.web.runner import Runner
 from trainforge.web.settings import WebSettings, is_trial_id
 from trainforge.web.system import SystemView
@@ -94,12 +95,13 @@ class AppState:
         file and folder it reads. The metrics file grows with every record, the checkpoints
         folder changes when a checkpoint is renamed into it or removed."""
         paths = [folder.metrics, folder.checkpoints, folder.report, folder.resolved_config]
-        paths.append(folder.run_json)
+        paths += [folder.run_json, folder.summary]
         if record.status == "completed" and record.output_model:
             paths.append(self.settings.models_path / record.output_model)
         position = self.runner.position(record.id) if record.status == "queued" else None
         where = self.targets.stamp(record) if record.target else None
-        return (tuple(record.to_dict().values()), position, where, *map(_file_stamp, paths))
+        meta = self.registry.meta(record.id)  # the user's name, tags and note
+        return (tuple(record.to_dict().values()), meta, position, where, *map(_file_stamp, paths))
 
     def _build(self, record: RunRecord, folder: RunFolder) -> dict[str, Any]:
         latest = self.metrics.latest(folder)
@@ -124,6 +126,7 @@ class AppState:
             model_ready=self._model_ready(record),
             **self._links(record),
             **self.targets.view(record),
+            **run_extras(self, record, folder),
         )
         if record.task == "sweep":
             from trainforge.web.sweeps import sweep_outcome

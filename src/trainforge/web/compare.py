@@ -5,6 +5,11 @@ Candidates are the run folders under the runs folder (`runs/NAME`) and one level
 (`runs/SWEEP/trial-NNN`), each named by its path relative to the runs folder; a name that
 leaves the runs folder or is no run is refused. Curves come from each run's metrics.jsonl
 (`sweep.report.curves`).
+
+The page starts with runs picked, so it is never an empty grid: the two newest runs (by
+their run.json's time), or, from a sweep's page (`/compare?sweep=NAME`), that sweep's best
+trials by its metric; `?run=A&run=B` picks exactly those. The legend names each run by the
+display name the user gave it (`db.RunMeta`), else its folder name.
 """
 
 from __future__ import annotations
@@ -57,7 +62,53 @@ def compare_curves(request: Request, run: list[str] = Query(default=[])) -> dict
     return {name: curves(_run(runs_path, name)) for name in run[:20]}
 
 
+def newest(runs_path: Path, names: list[str], count: int = 2) -> list[str]:
+    """The `count` runs whose run.json was written last (newest first)."""
+
+    def written(name: str) -> float:
+        try:
+            return RunFolder(runs_path / name).run_json.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(names, key=written, reverse=True)[:count]
+
+
+def best_trials(runs_path: Path, sweep: str, count: int = 3) -> list[str]:
+    """A sweep's best `count` trials by its metric and direction (the Pareto front first in a
+    study of several objectives), as run names; [] for a name that is no sweep."""
+    from trainforge.sweep.study import SweepFolder
+    from trainforge.sweep.summary import rows
+
+    if not is_plain_name(sweep) or not SweepFolder(runs_path / sweep).is_sweep():
+        return []
+    found, request = rows(SweepFolder(runs_path / sweep))
+    scored = [r for r in found if r.value is not None]
+    sign = -1.0 if request.get("direction") == "maximize" else 1.0
+    scored.sort(key=lambda r: (not r.best, sign * float(r.value)))
+    return [f"{sweep}/{r.trial}" for r in scored[:count]]
+
+
 def add_compare(app: Any, state: Any, page: Any) -> None:
     @app.get("/compare", response_class=HTMLResponse, include_in_schema=False)
-    def compare_page(request: Request) -> HTMLResponse:
-        return page(request, "compare.html", "compare", runs=candidates(state.settings.runs_path))
+    def compare_page(
+        request: Request, sweep: str | None = None, run: list[str] = Query(default=[])
+    ) -> HTMLResponse:
+        runs_path = state.settings.runs_path
+        names = candidates(runs_path)
+        if run:
+            picked = [r for r in run if r in names]
+        elif sweep:
+            picked = best_trials(runs_path, sweep)
+        else:
+            picked = newest(runs_path, [n for n in names if "/" not in n])
+        labels = {n: _label(state, n) for n in names}
+        return page(
+            request, "compare.html", "compare", runs=names, picked=picked, labels=labels,
+            sweep=sweep if picked and sweep else None,
+        )  # fmt: skip
+
+
+def _label(state: Any, name: str) -> str:
+    shown = state.registry.meta(name).display_name
+    return f"{shown} ({name})" if shown and shown != name else name

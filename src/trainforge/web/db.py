@@ -6,6 +6,10 @@ request threads, the watcher threads of running processes and a restarted server
 file safely. A connection per call would be simpler, but opening one costs about 1 ms, the
 largest part of a status request that 50 clients poll. `version` counts changes made by
 this process, which the pages' event stream watches.
+
+What a user says about a run (a display name, tags, a note) is in a second table, `run_meta`,
+keyed by the run id, so a command-line run (which has no row in `runs`, and whose run.json
+the app never edits) can carry it too. A database from before it gains the table on open.
 """
 
 from __future__ import annotations
@@ -48,6 +52,23 @@ CREATE TABLE IF NOT EXISTS runs (
     target TEXT
 )
 """
+_META_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_meta (
+    id TEXT PRIMARY KEY,
+    display_name TEXT NOT NULL DEFAULT '',
+    tags TEXT NOT NULL DEFAULT '[]',
+    note TEXT NOT NULL DEFAULT ''
+)
+"""
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """A run's display name (empty: its id), tags and note."""
+
+    display_name: str = ""
+    tags: tuple[str, ...] = ()
+    note: str = ""
 
 
 @dataclass
@@ -95,6 +116,10 @@ class RunRegistry:
                 db.execute("ALTER TABLE runs ADD COLUMN queued_at REAL")
             if "target" not in columns:  # a database from before cluster targets
                 db.execute("ALTER TABLE runs ADD COLUMN target TEXT")
+            db.execute(_META_SCHEMA)  # a database from before run names, tags and notes
+            rows = db.execute("SELECT * FROM run_meta").fetchall()
+        # Read on every status request: kept in memory, written through by set_meta.
+        self._meta = {r["id"]: _meta(r) for r in rows}
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -166,6 +191,31 @@ class RunRegistry:
         if changed:
             self._changed()
         return changed
+
+    def meta(self, run_id: str) -> RunMeta:
+        return self._meta.get(run_id, RunMeta())
+
+    def set_meta(self, run_id: str, meta: RunMeta) -> None:
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO run_meta (id, display_name, tags, note) "
+                "VALUES (?, ?, ?, ?)",
+                (run_id, meta.display_name, json.dumps(list(meta.tags)), meta.note),
+            )
+        self._meta[run_id] = meta
+        self._changed()
+
+    def delete(self, run_id: str) -> None:
+        """Forget a run: its row and what the user said about it."""
+        with self._connect() as db:
+            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            db.execute("DELETE FROM run_meta WHERE id = ?", (run_id,))
+        self._meta.pop(run_id, None)
+        self._changed()
+
+
+def _meta(row: sqlite3.Row) -> RunMeta:
+    return RunMeta(row["display_name"], tuple(json.loads(row["tags"])), row["note"])
 
 
 def _record(row: sqlite3.Row) -> RunRecord:

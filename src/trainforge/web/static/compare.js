@@ -1,38 +1,61 @@
-// Compare runs: the selected runs' curves overlaid, one colour per run. `?run=A&run=B` in the
-// address preselects runs (the Sweeps page links its trials here).
+// Compare runs: the selected runs' curves overlaid, one colour per run, named in a legend by
+// their display names. The server picks the first runs (the two newest, a sweep's best
+// trials, or `?run=A&run=B`); the checkboxes change the pick.
 "use strict";
 
 (() => {
   const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
   const boxes = () => [...document.querySelectorAll("#compare-runs input[type=checkbox]")];
-  const charts = {
+  const KEYS = {
     "compare-loss": ["val_loss"],
     "compare-metric": ["val_accuracy", "val_perplexity", "val_per", "val_wer"],
     "compare-train": ["train_loss"],
   };
+  const charts = {};
+  for (const id of Object.keys(KEYS)) charts[id] = new LineChart(document.getElementById(id), []);
+
+  function legend(chosen) {
+    document.getElementById("compare-legend").replaceChildren(...chosen.map((b, i) => {
+      const item = document.createElement("li");
+      item.dataset.run = b.value;
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = COLORS[i % COLORS.length];
+      item.append(swatch, b.dataset.label || b.value);
+      return item;
+    }));
+  }
 
   async function draw() {
-    const chosen = boxes().filter((b) => b.checked).map((b) => b.value);
-    const query = chosen.map((r) => `run=${encodeURIComponent(r)}`).join("&");
-    const response = await fetch(`/api/compare/curves?${query}`);
-    const data = response.ok ? await response.json() : {};
-    for (const [id, keys] of Object.entries(charts)) {
-      const series = chosen.map((name, i) => ({ name, color: COLORS[i % COLORS.length] }));
-      const chart = new LineChart(document.getElementById(id), series);
-      chosen.forEach((name) => {
-        const curves = data[name] || {};
+    const chosen = boxes().filter((b) => b.checked);
+    legend(chosen);
+    const query = chosen.map((b) => `run=${encodeURIComponent(b.value)}`).join("&");
+    const response = chosen.length ? await fetch(`/api/compare/curves?${query}`) : null;
+    const data = response && response.ok ? await response.json() : {};
+    for (const [id, keys] of Object.entries(KEYS)) {
+      const chart = charts[id];
+      chart.series = chosen.map((b, i) => ({
+        name: b.dataset.label || b.value, color: COLORS[i % COLORS.length], points: [] }));
+      chosen.forEach((b) => {
+        const curves = data[b.value] || {};
         const key = keys.find((k) => curves[k] && curves[k].length);
-        for (const [x, y] of (key ? curves[key] : [])) chart.add(name, x, y);
+        for (const [x, y] of (key ? curves[key] : [])) chart.add(b.dataset.label || b.value, x, y);
       });
       chart.draw();
     }
   }
 
-  const wanted = new URLSearchParams(location.search).getAll("run");
-  boxes().forEach((b) => {
-    if (wanted.includes(b.value)) b.checked = true;
-    b.addEventListener("change", draw);
+  document.getElementById("smoothing").addEventListener("input", (event) => {
+    const weight = Number(event.target.value);
+    document.getElementById("smoothing-value").textContent = weight.toFixed(2);
+    Object.values(charts).forEach((c) => c.setSmoothing(weight));
   });
+  document.getElementById("loss-log").addEventListener("change", (event) => {
+    charts["compare-loss"].setLog(event.target.checked);
+    charts["compare-train"].setLog(event.target.checked);
+  });
+  boxes().forEach((b) => b.addEventListener("change", draw));
+  window.addEventListener("resize", () => Object.values(charts).forEach((c) => c.draw()));
   draw();
 })();

@@ -1,20 +1,28 @@
 // The run page: live progress from the server-sent event stream, Stop and Resume.
-// Telemetry shows only the run's telemetry records; the task's other numbers (tokens/s,
-// perplexity, model TFLOPS, ...) go beside the training stats.
+// Telemetry records become the System charts (telemetry.js) and the "All readings" table;
+// the task's other numbers (tokens/s, perplexity, model TFLOPS, ...) go beside the training
+// stats. MFU is shown as a percentage, the header carries an ETA while the run trains, and a
+// run that ended shows its final metrics (summary.json) instead of its last live numbers.
 "use strict";
 
 (() => {
   const $ = (id) => document.getElementById(id);
   let run = JSON.parse($("run-data").textContent);
+  const smoothing = Number($("smoothing").value);
   const charts = {
     loss: new LineChart($("chart-loss"), [
-      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }]),
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }], { smoothing }),
     accuracy: new LineChart($("chart-accuracy"), [
-      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }]),
-    lr: new LineChart($("chart-lr"), [{ name: "lr", color: "#2ca02c" }]),
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }], { smoothing }),
+    lr: new LineChart($("chart-lr"), [{ name: "lr", color: "#2ca02c" }],
+      { format: (v) => v.toExponential(1) }),
   };
+  const system = new TelemetryCharts($("system-charts"));
   const KNOWN = new Set(["time", "split", "step", "epoch", "loss", "accuracy", "lr",
-    "samples_per_s", "step_time_s", "data_wait_share", "compute_time_s", "grad_norm"]);
+    "samples_per_s", "step_time_s", "data_wait_share", "compute_time_s", "grad_norm",
+    "mfu", "mfu_measured"]);
+  const ACTIVE = ["queued", "running", "stopping"];
+  let pace = null;  // [step, time] of this attempt's first train record, for the ETA
   const RECORD_KEYS = new Set(["time", "split", "step", "epoch"]);
   let offset = 0;
   let source = null;
@@ -23,8 +31,31 @@
   // record (most of them) must not blank the readings an earlier one showed.
   const readings = {};
   const more = {};  // the newest value of every other train and validation metric
+  let readingsSeen = false;
 
   const fmt = (value, digits) => (value == null ? "" : Number(value.toPrecision(digits)).toString());
+  const percent = (share) => (share == null ? "" : `${(share * 100).toFixed(2)} %`);
+
+  function duration(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+
+  // Remaining steps at the pace this attempt kept so far (a resumed run's earlier attempts
+  // and its start-up time do not count).
+  function updateEta(r) {
+    if (r.step == null || typeof r.time !== "number") return;
+    if (!pace || r.step < pace[0]) pace = [r.step, r.time];
+    const eta = $("run-eta");
+    const total = run.total_steps;
+    const done = r.step - pace[0];
+    if (!total || done < 1 || !ACTIVE.includes(run.status)) return;
+    const perStep = (r.time - pace[1]) / done;
+    eta.textContent = `ETA ${duration(perStep * (total - r.step))}`;
+    eta.hidden = false;
+  }
 
   function addRecords(records) {
     let sawReadings = false;
@@ -40,7 +71,10 @@
         $("s-samples").textContent = fmt(r.samples_per_s, 4);
         $("s-wait").textContent = r.data_wait_share == null ? "" : `${(r.data_wait_share * 100).toFixed(1)} %`;
         $("s-epoch").textContent = fmt(r.epoch, 4);
+        if (r.mfu != null) $("s-mfu").textContent = percent(r.mfu);
+        updateEta(r);
       }
+      if (split === "telemetry") system.add(r);
       if (split === "val" && r.accuracy != null) {
         $("s-val").textContent = `${(r.accuracy * 100).toFixed(2)} %`;
       }
@@ -55,9 +89,14 @@
         }
       }
     }
-    if (sawReadings) TF.renderReadings($("telemetry"), readings);
+    if (sawReadings) {
+      TF.renderReadings($("telemetry"), readings);
+      if (!readingsSeen) $("all-readings").open = false;  // the charts say it now
+      readingsSeen = true;
+    }
     showMore();
     Object.values(charts).forEach((c) => c.draw());
+    system.draw();
     updateProgress();
   }
 
@@ -82,8 +121,37 @@
     }
   }
 
+  // A run that ended: its final numbers from summary.json, in place of the live ones (a
+  // finished cosine schedule's "learning rate 0" says nothing about the run).
+  function showFinal(final) {
+    const box = $("final-metrics");
+    const ended = final && !ACTIVE.includes(run.status);
+    box.hidden = !ended;
+    document.querySelectorAll("#live-stats [data-live]").forEach((n) => { n.hidden = Boolean(ended); });
+    if (!ended) return;
+    const stat = (label, value, key) => {
+      const node = TF.el("div");
+      node.dataset.metric = key;
+      node.append(TF.el("span", label, "label"), TF.el("span", value));
+      return node;
+    };
+    const items = Object.entries(final.metrics || {}).map(([key, value]) => stat(
+      `final val ${key.replaceAll("_", " ")}`,
+      key.includes("accuracy") ? percent(value) : fmt(value, 4), key));
+    if (final.train_time_s != null) items.push(stat("training time", duration(final.train_time_s), "train_time_s"));
+    if (final.mfu != null) {
+      items.push(stat("MFU (whole run)", percent(final.mfu), "mfu"));
+      $("s-mfu").textContent = percent(final.mfu);
+    }
+    box.replaceChildren(...items);
+  }
+
   function showStatus(view) {
     run = view;
+    if (!ACTIVE.includes(view.status)) $("run-eta").hidden = true;
+    showFinal(view.final);
+    const artefacts = $("artefacts");
+    if (artefacts && view.folder) artefacts.hidden = view.status !== "completed";
     const badge = $("run-status");
     badge.textContent = view.status;
     badge.className = `status status-${view.status}`;
@@ -144,6 +212,17 @@
   $("stop-button").addEventListener("click", async () => {
     const { ok, data } = await TF.api("POST", `${run.api}/stop`);
     if (ok) showStatus(data); else $("run-message").textContent = data && data.detail;
+  });
+  $("smoothing").addEventListener("input", (event) => {
+    const weight = Number(event.target.value);
+    $("smoothing-value").textContent = weight.toFixed(2);
+    charts.loss.setSmoothing(weight);
+    charts.accuracy.setSmoothing(weight);
+  });
+  $("loss-log").addEventListener("change", (event) => charts.loss.setLog(event.target.checked));
+  window.addEventListener("resize", () => {
+    Object.values(charts).forEach((c) => c.draw());
+    system.draw();
   });
   $("resume-button").addEventListener("click", async () => {
     const { ok, data } = await TF.api("POST", `${run.api}/resume`);

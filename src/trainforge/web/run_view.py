@@ -1,0 +1,51 @@
+"""What a run view adds to the record beyond progress: what the user said about the run
+(display name, tags, note, from the web database), its final numbers once it ended (from the
+run folder's summary.json), its readable files, and whether its final model can be
+downloaded. `AppState.run_view` merges this in; the pages and the API show it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trainforge.runfolder import RunFolder
+from trainforge.web.db import RunRecord
+from trainforge.web.run_files import read_summary
+from trainforge.web.settings import is_trial_id
+
+if TYPE_CHECKING:
+    from trainforge.web.app_state import AppState
+
+
+def final_numbers(folder: RunFolder, status: str) -> dict[str, Any] | None:
+    """A run that ended: its final validation metrics, best metric, steps and training time
+    (summary.json), None while it runs or when it wrote no summary."""
+    if status in ("queued", "running", "stopping"):
+        return None
+    summary = read_summary(folder)
+    if summary is None:
+        return None
+    metrics = summary.get("final_metrics")
+    return {
+        "metrics": metrics if isinstance(metrics, dict) else {},
+        "best_metric": summary.get("best_metric"),
+        "global_step": summary.get("global_step"),
+        "train_time_s": summary.get("train_time_s"),
+        "mfu": summary.get("mfu"),
+        "stop_reason": summary.get("stop_reason"),
+    }
+
+
+def run_extras(state: AppState, record: RunRecord, folder: RunFolder) -> dict[str, Any]:
+    from trainforge.web.links import run_files
+
+    meta = state.registry.meta(record.id)
+    trial = is_trial_id(record.id)
+    files = [] if trial else [name for name, path in run_files(folder).items() if path.is_file()]
+    return {
+        "display_name": meta.display_name or record.id,
+        "tags": list(meta.tags),
+        "note": meta.note,
+        "final": final_numbers(folder, record.status),
+        "folder": str(state.settings.cli_run_folder(record.id).path) if not trial else "",
+        "files": files,
+    }
