@@ -7,17 +7,33 @@ import pytest
 from trainforge.config import load
 from trainforge.config.checks import check
 
-LM = ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text", "data.train_file=d.jsonl"]
+LM = [
+    "task.kind=causal-lm",
+    "model.arch=hf",
+    "data.dataset=text",
+    "data.options.train_file=d.jsonl",
+]
 
 
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
         (["model.arch=vit"], "model.arch = 'vit': task causal-lm needs model.arch = 'hf'"),
-        (["data.dataset=digits"], "data.dataset = 'digits': task causal-lm reads text records"),
-        (["data.train_file=null"], "data.train_file is not set"),
-        (["data.train_file=d.parquet"], "data.train_file = 'd.parquet': unknown format"),
-        (["data.prompt_template=Question"], "data.prompt_template = 'Question': must contain"),
+        (
+            ["data.dataset=digits", "data.options={}"],  # digits takes no train_file
+            "data.dataset = 'digits': task causal-lm reads text records",
+        ),
+        (["data.options.train_file=null"], "data.options.train_file is not set"),
+        (
+            ["data.options.train_file=d.parquet"],
+            "data.options.train_file = 'd.parquet': unknown format",
+        ),
+        (
+            ["data.options.prompt_template=Question"],
+            "data.options.prompt_template = 'Question': must contain",
+        ),
+        # the old flat spelling of a later layer replaces the current one of an earlier
+        (["data.train_file=e.parquet"], "data.options.train_file = 'e.parquet': unknown"),
         (["output.model_name=a/b"], "output.model_name = 'a/b': must be a plain folder name"),
         (["lora.target_modules=[]"], "lora.target_modules = []: names no module"),
         (["task.kind=image-classification"], "need task.kind = 'causal-lm'"),

@@ -11,6 +11,7 @@ import torch
 from trainforge.config import ConfigError, load
 from trainforge.config.checks import check
 from trainforge.data.catalog import DatasetEntry
+from trainforge.data.options.text import TextOptions
 from trainforge.engine.optimizers import build_optimizer
 from trainforge.errors import UserError
 from trainforge.registry import DATASETS
@@ -58,7 +59,9 @@ def test_options_given_to_a_builtin_are_checked_in_the_same_pass():
 @pytest.fixture
 def text_like():
     DATASETS.register(
-        "toy-lines", DatasetEntry("lines of text", None, task="causal-lm", image=False)
+        "toy-lines",
+        # a dataset the causal-lm task reads takes the text dataset's options
+        DatasetEntry("lines of text", None, task="causal-lm", image=False, options=TextOptions),
     )
     yield "toy-lines"
     DATASETS.unregister("toy-lines")
@@ -66,8 +69,9 @@ def text_like():
 
 def test_the_task_a_dataset_is_read_by_comes_from_its_entry(text_like):
     lm = ["task.kind=causal-lm", "model.arch=hf", f"data.dataset={text_like}"]
-    assert check(_config(*lm, "data.train_file=d.jsonl")) == []
-    assert any("data.train_file is not set" in p for p in check(_config(*lm)))
+    assert check(_config(*lm, "data.options.train_file=d.jsonl")) == []
+    assert check(_config(*lm, "data.train_file=d.jsonl")) == []  # the old flat spelling
+    assert any("data.options.train_file is not set" in p for p in check(_config(*lm)))
     problems = check(_config(f"data.dataset={text_like}"))
     assert any(
         f"task.kind = 'image-classification': data.dataset {text_like} need task.kind = "

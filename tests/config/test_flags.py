@@ -291,13 +291,15 @@ def test_a_boolean_flag_with_a_word_that_is_no_boolean_is_an_error(monkeypatch, 
 @pytest.mark.parametrize("word", ["null", "None", "~"])
 def test_an_optional_file_flag_takes_null_as_no_file(word):
     """`--test_file null` and `--eval_file null` as the DGX Spark plan's flags: no test
-    split, validation held out of the training file (as `--set data.test_file=null`)."""
+    split, validation held out of the training file (as `--set data.options.test_file=null`);
+    flags are no old spelling: no notice."""
     from trainforge.config.flags import parse
 
     args = parse(["--test_file", word, "--eval_file", word, "--data_file", "null.tsv"])
     config = load(Path("config/g2p_cmudict.yaml"), flags=args.flags, overrides=args.overrides)
-    data = config.config.data
+    data = config.config.data.options
     assert (data.test_file, data.validation_file, data.train_file) == (None, None, "null.tsv")
+    assert config.notes == ()
 
 
 def test_relative_max_steps_counts_from_step_0_on_a_fresh_run(monkeypatch, capsys):

@@ -18,7 +18,7 @@ def test_shipped_jetson_profile_has_the_guides_values():
     resolved = load(REPO / "config" / "jetson_training.json", profile="cpu")
     c = resolved.config
     assert (c.task.kind, c.model.arch, c.data.dataset) == ("causal-lm", "hf", "text")
-    assert c.data.train_file == "example_datasets/jetson_training.json"
+    assert c.data.options.train_file == "example_datasets/jetson_training.json"
     assert c.training.num_train_epochs == 1 and c.training.per_device_train_batch_size == 1
     assert c.optimizer.learning_rate == 2.5e-4
     assert c.training.gradient_accumulation_steps == 4 and c.training.gradient_checkpointing

@@ -7,6 +7,8 @@ import pytest
 from trainforge.config import load
 from trainforge.config.errors import ALIASES, ConfigError, _known_paths, suggest_path
 from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths
+from trainforge.options import options_model
+from trainforge.registry import DATASETS
 
 
 def cpu_profile() -> tuple[str, str]:
@@ -41,6 +43,12 @@ def test_suggests_the_full_dotted_path(typed, meant):
 
 def test_every_alias_points_at_a_real_field():
     fields = set(leaf_paths(RunConfig)) | set(flat_alias_paths())  # old spellings work
+    # a built-in dataset's own options (`data.options.train_file`)
+    fields |= {
+        f"data.options.{name}"
+        for _, entry in DATASETS.items()
+        for name in options_model(entry).model_fields
+    }
     for word, targets in ALIASES.items():
         assert targets and set(targets) <= fields, word
 

@@ -140,11 +140,13 @@ def text_file(tmp: Path, name: str, content: str | bytes) -> Path:
 GOOD_LINES = [json.dumps(record) for record in RECORDS[:20]]
 
 
-def text_case(name: str, content: str | bytes, field: str = "data.train_file"):
+def text_case(name: str, content: str | bytes, field: str = "data.options.train_file"):
     def build(tmp: Path, _model: Path) -> list[str]:
         sets = [f"{field}={text_file(tmp, name, content)}"]
-        if field != "data.train_file":
-            sets.append(f"data.train_file={text_file(tmp, 'good.jsonl', chr(10).join(GOOD_LINES))}")
+        if field != "data.options.train_file":
+            sets.append(
+                f"data.options.train_file={text_file(tmp, 'good.jsonl', chr(10).join(GOOD_LINES))}"
+            )
         return sets
 
     return build
@@ -152,11 +154,11 @@ def text_case(name: str, content: str | bytes, field: str = "data.train_file"):
 
 def _train_file_is_folder(tmp: Path, _model: Path) -> list[str]:
     (tmp / "records.jsonl").mkdir()
-    return [f"data.train_file={tmp / 'records.jsonl'}"]
+    return [f"data.options.train_file={tmp / 'records.jsonl'}"]
 
 
 def _train_file_missing(tmp: Path, _model: Path) -> list[str]:
-    return [f"data.train_file={tmp / 'absent.jsonl'}"]
+    return [f"data.options.train_file={tmp / 'absent.jsonl'}"]
 
 
 # --------------------------------------------------------------------- base models
@@ -293,14 +295,15 @@ CORPUS = [
          r"{tmp}/t\.tsv:3: expected source<TAB>target, got 1 field\(s\)", "text"),
     Case("empty-file", text_case("t.jsonl", "\n  \n"), r"{tmp}/t\.jsonl is empty", "text"),
     Case("train-file-is-folder", _train_file_is_folder,
-         r"data\.train_file = '{tmp}/records\.jsonl' is a folder, not a file", "text"),
+         r"data\.options\.train_file = '{tmp}/records\.jsonl' is a folder, not a file", "text"),
     Case("train-file-missing", _train_file_missing,
-         r"data\.train_file = '{tmp}/absent\.jsonl': file not found", "text"),
+         r"data\.options\.train_file = '{tmp}/absent\.jsonl': file not found", "text"),
     Case("validation-file-malformed",
-         text_case("v.jsonl", '{"prompt": "a", "response": "b"}\n[1, 2', "data.validation_file"),
+         text_case("v.jsonl", '{"prompt": "a", "response": "b"}\n[1, 2',
+                   "data.options.validation_file"),
          r"{tmp}/v\.jsonl:2: invalid JSON", "text"),
-    Case("test-file-empty", text_case("t.csv", "", "data.test_file"), r"{tmp}/t\.csv is empty",
-         "text"),
+    Case("test-file-empty", text_case("t.csv", "", "data.options.test_file"),
+         r"{tmp}/t\.csv is empty", "text"),
     # base models
     Case("model-missing", _model_missing, r"'{tmp}/models/absent': not a Hugging Face model folder "
          r"\(no such folder\)", "text"),
@@ -359,7 +362,8 @@ BASE = {
     "cifar": ["data.dataset=cifar10", "data.download=false", "model.embedding_dim=32",
               "model.num_layers=1", "model.num_heads=2", "model.mlp_size=32"],
     "text": [
-        "task.kind=causal-lm", "model.arch=hf", "data.dataset=text", "data.max_seq_length=64",
+        "task.kind=causal-lm", "model.arch=hf", "data.dataset=text",
+        "data.options.max_seq_length=64",
         f"output.model_name={OUTPUT_MODEL}",
     ],
 }  # fmt: skip
@@ -370,7 +374,10 @@ def case_args(case: Case, tmp: Path, model: Path) -> list[str]:
             f"output.models_dir={tmp / 'models'}", "training.max_steps=2",
             "logging.progress_bar=false"]  # fmt: skip
     if case.kind == "text":
-        sets += [f"model.model_name_or_path={model}", f"data.train_file={tmp / 'default.jsonl'}"]
+        sets += [
+            f"model.model_name_or_path={model}",
+            f"data.options.train_file={tmp / 'default.jsonl'}",
+        ]
         text_file(tmp, "default.jsonl", "\n".join(GOOD_LINES))
     sets += case.build(tmp, model)  # later --set values win
     config = tmp / "run.yaml"

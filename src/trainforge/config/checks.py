@@ -162,15 +162,18 @@ def _task_rules(c: RunConfig) -> list[str]:
         readers = [n for n, e in DATASETS.items() if e.task == kind]
         read = f"{' or '.join(readers)} records" if readers else "no registered dataset"
         train_file = (
-            " and data.train_file" if any(DATASETS.get(n).load is None for n in readers) else ""
+            " and data.options.train_file"
+            if any(DATASETS.get(n).load is None for n in readers)
+            else ""
         )
         out.append(
             f"data.dataset = {name!r}: task {kind} reads {read}; "
             f"set data.dataset={readers[0] if readers else '...'}{train_file}"
         )
-    elif entry.load is None and not c.data.train_file:  # the task reads the dataset's files
+    elif entry.load is None and not c.data.option("train_file"):  # the task reads its files
         out.append(
-            f"data.train_file is not set: task {kind} needs a .json, .jsonl, .tsv or .csv file"
+            f"data.options.train_file is not set: task {kind} needs a .json, .jsonl, .tsv or "
+            ".csv file"
         )
     return out
 
@@ -178,14 +181,16 @@ def _task_rules(c: RunConfig) -> list[str]:
 def _text_rules(c: RunConfig) -> list[str]:
     out = []
     for field in ("train_file", "validation_file", "test_file"):
-        value = getattr(c.data, field)
+        value = c.data.option(field)
         if value and not value.lower().endswith(TEXT_SUFFIXES):
             out.append(
-                f"data.{field} = {value!r}: unknown format; use a .json, .jsonl, .tsv or .csv file"
+                f"data.options.{field} = {value!r}: unknown format; use a .json, .jsonl, .tsv "
+                "or .csv file"
             )
-    if "{prompt}" not in c.data.prompt_template:
+    template = c.data.option("prompt_template", "{prompt}")
+    if "{prompt}" not in template:
         out.append(
-            f"data.prompt_template = {c.data.prompt_template!r}: must contain {{prompt}}; "
+            f"data.options.prompt_template = {template!r}: must contain {{prompt}}; "
             "e.g. '{prompt}\\n'"
         )
     name = c.output.model_name

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from trainforge.config.schema import OWNED_OPTIONS, RunConfig, flat_alias_types
+from trainforge.config.schema import OWNED_OPTIONS, RunConfig, flat_alias_types, owned_path
 from trainforge.errors import UserError
 from trainforge.registry import LOGGERS
 
@@ -194,8 +194,8 @@ def _one_flag(
         kind = leaf_types().get(fields[name])
         if kind == str | None and value.strip().lower() in NULL_WORDS:
             # `--test_file null`: no such file. A flag's None means "not given" when layers
-            # merge, so it travels as `--set data.test_file=null` does.
-            args.overrides.append(f"{fields[name]}=null")
+            # merge, so it travels as `--set data.options.test_file=null` does.
+            args.overrides.append(f"{owned_path(fields[name])}=null")
         else:
             text_field = kind is str or kind == str | None
             if fields[name] == "training.max_steps" and value.strip().startswith("+"):

@@ -15,12 +15,12 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths
+from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths, owned_path
 from trainforge.errors import UserError
 
 # Flat guide key -> run config field.
 GUIDE_KEYS: dict[str, str] = {
-    "dataset": "data.train_file",
+    "dataset": "data.options.train_file",
     "epochs": "training.num_train_epochs",
     "batch_size": "training.per_device_train_batch_size",
     "learning_rate": "optimizer.learning_rate",
@@ -114,7 +114,9 @@ def _training_arguments(args: Any, label: str) -> dict[str, Any]:
                 if hint
                 else "see docs/configuration.md for the field names",
             )
-        out[fields[name]] = value
+        path = fields[name]
+        # the text dataset's options (`max_seq_length`) in their current spelling
+        out[owned_path(path) if path.startswith("data.") else path] = value
     return out
 
 

@@ -26,6 +26,7 @@ from trainforge.config.errors import ConfigError, format_validation_error, sugge
 from trainforge.config.flags import flag_fields
 from trainforge.config.guide_profile import from_guide_profile, guide_names
 from trainforge.config.schema import (
+    FLAT_SPELLINGS_UNTIL,
     OWNED_OPTIONS,
     RunConfig,
     flat_alias_paths,
@@ -206,8 +207,11 @@ def _resolve(
     if profile is not None:  # named now (--profile, or the run folder's record)
         sources["profile"] = "flag --profile"
 
+    notice = flat_spelling_notice(sources)
+
     def resolved(config: RunConfig) -> ResolvedConfig:
         return ResolvedConfig(
+            notes=(notice,) if notice else (),
             config=config,
             sources=_complete_sources(config, sources),
             profile=prof,
@@ -308,6 +312,7 @@ def _merge(
 ) -> None:
     for key, value in src.items():
         path = f"{prefix}{key}"
+        _replace_other_spelling(dst, key, value, path, sources)
         if isinstance(value, Mapping) and isinstance(dst.get(key), dict):
             _merge(dst[key], value, source, sources, path + ".")
         elif isinstance(value, Mapping):
@@ -316,6 +321,48 @@ def _merge(
         else:
             dst[key] = copy.deepcopy(value)
             sources[path] = source
+
+
+def _replace_other_spelling(
+    dst: dict[str, Any], key: str, value: Any, path: str, sources: dict[str, str]
+) -> None:
+    """A later layer's spelling of an entry's option replaces an earlier layer's other
+    spelling of it: the file's `data.options.train_file` gives way to `--train_file` (the
+    flat `data.train_file`), a file's flat `data.download` to `--set
+    data.options.download=false`. Without this the schema's fold would keep the mapping's
+    value whichever layer gave it."""
+    if path in OWNED_OPTIONS and isinstance(value, Mapping):
+        section = path.rpartition(".")[0]
+        for alias in OWNED_OPTIONS[path]:
+            if alias in value and alias in dst:
+                del dst[alias]
+                sources.pop(f"{section}.{alias}", None)
+        return
+    owned = owned_path(path)
+    if owned != path:
+        mapping = dst.get(owned.rpartition(".")[0].rpartition(".")[2])  # options / args
+        if isinstance(mapping, dict) and key in mapping:
+            del mapping[key]
+            sources.pop(owned, None)
+
+
+def flat_spelling_notice(sources: Mapping[str, str]) -> str | None:
+    """One line naming the old flat spellings a config file, the environment or `--set`
+    used, with their current spelling; None when there are none. A flag (`--train_file`,
+    `--val_fraction`) is no spelling of the file's: it says nothing."""
+    old = sorted(
+        path
+        for path, source in sources.items()
+        if owned_path(path) != path
+        and not (source.startswith("flag --") and not source.startswith("flag --set "))
+    )
+    if not old:
+        return None
+    under = " and ".join(sorted({owned_path(path).rpartition(".")[0] for path in old}))
+    return (
+        f"old flat spelling {', '.join(old)}: write it under {under} (flat spellings load "
+        f"until trainforge {FLAT_SPELLINGS_UNTIL}, which refuses them)"
+    )
 
 
 def _complete_sources(config: RunConfig, sources: dict[str, str]) -> dict[str, str]:

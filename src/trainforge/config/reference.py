@@ -12,7 +12,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from trainforge.config.schema import RunConfig, describe
+from trainforge.config.schema import (
+    FLAT_SPELLINGS_UNTIL,
+    RunConfig,
+    describe,
+    flat_alias_paths,
+    owned_path,
+)
 from trainforge.options import options_model
 from trainforge.registry import (
     DATASETS,
@@ -63,6 +69,7 @@ def render() -> str:
             lines.append(f"\n`{name}` (top level, default `{info.default}`): {info.description}\n")
     lines.extend(registry_lines())
     lines.extend(options_lines())
+    lines.extend(flat_spelling_lines())
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -105,6 +112,25 @@ def options_lines() -> list[str]:
             lines.extend(field_table(model, where.format(name=name)))
         if not owners:
             lines.append(f"\nNo built-in {registry.kind} takes options.")
+    return lines
+
+
+def flat_spelling_lines() -> list[str]:
+    """The old flat spellings of the built-ins' options, what they are now, and when they go."""
+    lines = [
+        "\n## Old flat spellings\n",
+        "The built-in entries' options were flat fields of their section once. A config "
+        "file, the environment or `--set` may still spell them so until trainforge "
+        f"{FLAT_SPELLINGS_UNTIL}: the value goes to the entry's options (where the entry "
+        "takes it) and the run prints one line naming each old spelling and where it lives "
+        f"now. trainforge {FLAT_SPELLINGS_UNTIL} removes them: they are unknown fields "
+        "then. Flags with the same names (`--train_file`, `--max_seq_length`, "
+        "`--val_fraction`) stay and print nothing.",
+        "",
+        "| old spelling | write |",
+        "|---|---|",
+    ]
+    lines += [f"| `{path}` | `{owned_path(path)}` |" for path in flat_alias_paths()]
     return lines
 
 

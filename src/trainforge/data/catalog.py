@@ -7,7 +7,8 @@ loader. The config checks, the web dialog, the docs and `data.build` read these 
 nothing else lists dataset names. Adding a dataset is one file that defines a loader
 (`DataConfig -> LoadedSplits`), optionally an options model (an `Options` subclass: the
 keys `data.options` takes, read back with `cfg.option(name)` or `cfg.options.NAME`), and
-calls `DATASETS.register(name, DatasetEntry(...))`.
+calls `DATASETS.register(name, DatasetEntry(...))`. The built-ins' options classes stand
+in their own modules, one per dataset (`trainforge.data.options`).
 
 Loaders of the built-ins are named as "module:function" strings and imported on use: this
 module imports no torch, so `trainforge validate` stays light. Library considered: the
@@ -20,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
+from trainforge.data.options.cifar10 import CifarOptions
+from trainforge.data.options.digits import DigitsOptions
+from trainforge.data.options.image_folder import DEFAULT_IMAGE_SIZE, ImageFolderOptions
+from trainforge.data.options.text import TextOptions
 from trainforge.options import Options
 from trainforge.registry import DATASETS, load_object
 
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
     from trainforge.config.schema import DataConfig
     from trainforge.data.memory import LoadedSplits
 
-# Square side of image-folder images when the image_size option is unset.
-DEFAULT_IMAGE_SIZE = 32
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -70,37 +71,6 @@ class DatasetEntry:
         return self.image_size or configured or DEFAULT_IMAGE_SIZE
 
 
-class SplitOptions(Options):
-    """A dataset split into training and validation here: the held-out share."""
-
-    val_fraction: float = Field(
-        0.2, gt=0.0, lt=1.0, description="Held-out share for validation (a fixed, seeded split)."
-    )
-
-
-class CifarOptions(Options):
-    download: bool = Field(True, description="Download into data.root when files are missing.")
-
-
-class ImageFolderOptions(SplitOptions):
-    image_size: int | None = Field(
-        None,
-        ge=4,
-        description=f"Square resize target in pixels (default {DEFAULT_IMAGE_SIZE}).",
-    )
-    skip_bad_images: bool = Field(
-        False,
-        description="Leave out images that do not decode (counted) instead of refusing the "
-        "data set.",
-    )
-    val_fraction: float = Field(
-        0.2,
-        gt=0.0,
-        lt=1.0,
-        description="Held-out share of the images when the folder has no val/.",
-    )
-
-
 def image_dataset_names() -> list[str]:
     """The datasets the web dialog offers for image classification, in registration order
     (digits first: it trains offline in seconds)."""
@@ -120,7 +90,7 @@ DATASETS.register(
         augment=AugmentDefaults(
             crop_padding_px=1, horizontal_flip=False, mean=(0.3053,), std=(0.3759,)
         ),
-        options=SplitOptions,
+        options=DigitsOptions,
     ),
 )
 DATASETS.register(
@@ -152,10 +122,10 @@ DATASETS.register(
     "text",
     DatasetEntry(
         "JSON/JSONL prompt/response or chat messages, TSV source<TAB>target or CSV "
-        "prompt,response, read by the causal-lm task from data.train_file",
+        "prompt,response, read by the causal-lm task from data.options.train_file",
         None,
         task="causal-lm",
         image=False,
-        options=SplitOptions,  # without data.validation_file
+        options=TextOptions,
     ),
 )

@@ -17,8 +17,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from trainforge.data.catalog import DEFAULT_IMAGE_SIZE
 from trainforge.data.memory import LoadedSplits, fixed_split_indices
+from trainforge.data.options.image_folder import DEFAULT_IMAGE_SIZE
 from trainforge.errors import UserError
 
 if TYPE_CHECKING:

@@ -218,14 +218,15 @@ def validate_text_data(cfg: Any) -> dict[str, list]:
     from trainforge.data.memory import fixed_split_indices
     from trainforge.data.text.records import read_records
 
-    header = cfg.header
-    train = read_records(cfg.train_file, "data.train_file", header)
-    if cfg.validation_file:
-        val = read_records(cfg.validation_file, "data.validation_file", header)
+    opts = cfg.options  # the text dataset's options (`data.options`)
+    header = opts.header
+    train = read_records(opts.train_file, "data.options.train_file", header)
+    if opts.validation_file:
+        val = read_records(opts.validation_file, "data.options.validation_file", header)
     else:
-        train_idx, val_idx = fixed_split_indices(len(train), cfg.option("val_fraction", 0.2))
+        train_idx, val_idx = fixed_split_indices(len(train), opts.val_fraction)
         train, val = [train[i] for i in train_idx], [train[i] for i in val_idx]
     splits = {"train": train, "val": val}
-    if cfg.test_file:
-        splits["test"] = read_records(cfg.test_file, "data.test_file", header)
+    if opts.test_file:
+        splits["test"] = read_records(opts.test_file, "data.options.test_file", header)
     return splits

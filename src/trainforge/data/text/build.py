@@ -140,21 +140,22 @@ def build_text_data(
     validation decodes `generation_samples` evenly spaced rows (None: all); the test split,
     read only at the end, decodes all."""
     splits = validate_text_data(cfg)
+    opts = cfg.options  # the text dataset's options (`data.options`)
     encoder = Encoder(
         tokenizer,
-        max_seq_length=cfg.max_seq_length,
-        prompt_template=cfg.prompt_template,
-        use_chat_template=cfg.use_chat_template,
+        max_seq_length=opts.max_seq_length,
+        prompt_template=opts.prompt_template,
+        use_chat_template=opts.use_chat_template,
     )
     pad_id = pad_token_id(tokenizer)
     datasets: dict[str, TokenDataset] = {}
     stats: dict[str, EncodeStats] = {}
     for name, records in splits.items():
         examples, stats[name] = encoder.encode(records)
-        print(stats[name].line(name, cfg.max_seq_length))
-        if name == "train" and cfg.packing:
-            examples = pack(examples, cfg.max_seq_length)
-            print(f"train: packed into {len(examples)} rows of <= {cfg.max_seq_length} tokens")
+        print(stats[name].line(name, opts.max_seq_length))
+        if name == "train" and opts.packing:
+            examples = pack(examples, opts.max_seq_length)
+            print(f"train: packed into {len(examples)} rows of <= {opts.max_seq_length} tokens")
         datasets[name] = TokenDataset(
             examples,
             pad_id,
