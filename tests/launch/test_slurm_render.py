@@ -444,3 +444,15 @@ def test_every_train_flag_works_on_slurm_as_on_train(monkeypatch, capsys):
         code, out, err = run_in_process(monkeypatch, capsys, *SUBMIT, *flag)
         assert code == 2 and out == "" and message in err, err
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_sweeps_job_array_takes_the_same_train_flags(monkeypatch, capsys, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("params:\n  optimizer.learning_rate: {log_uniform: [1.0e-3, 3.0e-3]}\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "sweep", DIGITS, "--space", str(space), "--trials", "2",
+        "--slurm", "--time", "00:30:00", "--num_threads", "1", "--max-steps", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "--num_threads 1 --max-steps 5" in out.splitlines()[-1]
