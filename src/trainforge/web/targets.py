@@ -212,8 +212,9 @@ class TargetRuns:
         if said:
             self.registry.update(run_id, status="running", message=f"stop failed: {said}")
             return
-        job.state = "stopping"
-        save_job(job)
+        current = next((j for j in all_jobs() if j.name == run_id), job)  # the newest poll's
+        current.state = "stopping"
+        save_job(current)
         self._wake.set()
 
     # ------------------------------------------------------------------ watching
