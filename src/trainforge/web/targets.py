@@ -17,6 +17,7 @@ implementation of the transport.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -53,9 +54,11 @@ class TargetRuns:
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
-        for record in registry.list():
-            if record.target:
-                settings.mirrors[record.id] = mirror_path(record.target, record.id)
+        mine = {r.id: r for r in registry.list() if r.target}
+        for record in mine.values():
+            settings.mirrors[record.id] = mirror_path(record.target or "", record.id)
+        with contextlib.suppress(UserError):  # an unreadable jobs file: said by `trainforge jobs`
+            self._jobs = {j.name: j for j in all_jobs() if j.name in mine}
 
     # ------------------------------------------------------------------ what the pages show
     def targets(self) -> dict[str, Target]:
