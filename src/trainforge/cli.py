@@ -87,7 +87,8 @@ def train(ctx: typer.Context) -> None:
         from trainforge.launch.cli import slurm_main
 
         send = _send_to(*target)
-        _exit_with(slurm_main([*words, "--submit"], send=send, prog="trainforge train --target"))
+        # Usage errors name `trainforge slurm`, whose --help lists these options.
+        _exit_with(slurm_main([*words, "--submit"], send=send))
         return
     ctx.args[:] = words
     args = _run_args(ctx, "train")
