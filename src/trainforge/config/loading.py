@@ -359,8 +359,9 @@ def flat_spelling_notice(sources: Mapping[str, str]) -> str | None:
     if not old:
         return None
     under = " and ".join(sorted({owned_path(path).rpartition(".")[0] for path in old}))
+    spelling, it = ("spelling", "it") if len(old) == 1 else ("spellings", "them")
     return (
-        f"old flat spelling {', '.join(old)}: write it under {under} (flat spellings load "
+        f"old flat {spelling} {', '.join(old)}: write {it} under {under} (flat spellings load "
         f"until trainforge {FLAT_SPELLINGS_UNTIL}, which refuses them)"
     )
 
