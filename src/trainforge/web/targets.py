@@ -164,6 +164,7 @@ class TargetRuns:
         return job or next((j for j in all_jobs() if j.name == run_id), None)
 
     def _background(self, work: Callable, *args: Any) -> None:
+        self._ensure_watching()
         if work in (self._submit, self._submit_sweep):
             with self._lock:
                 self._submitting.add(args[0])
@@ -222,7 +223,15 @@ class TargetRuns:
 
     # ------------------------------------------------------------------ watching
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="target-watch", daemon=True)
+        """Start watching when the app has cluster runs (else at the first submission)."""
+        if any(r.target for r in self.registry.list()):
+            self._ensure_watching()
+
+    def _ensure_watching(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._loop, name="target-watch", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -235,7 +244,10 @@ class TargetRuns:
             try:
                 changed = self.poll_once()
             except Exception as err:  # a bad targets file, a full disk: said on the runs
-                changed = self._set_badges(f"watching failed: {err}")
+                try:
+                    changed = self._set_badges(f"watching failed: {err}")
+                except Exception:  # the database itself is gone: nothing left to watch
+                    return
             self._wake.wait(backoff.next(changed))
             if self._wake.is_set():
                 self._wake.clear()
