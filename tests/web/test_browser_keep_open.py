@@ -32,6 +32,7 @@ FOLDER_TRAINER = [sys.executable, str(Path(__file__).resolve().parent / "folder_
 RUN = "vit_digits"
 GPU_RUN = "with-gpu"
 OLD_RUN = "older"
+SWEEP = "search"
 GPU_READINGS = {
     "gpu0_util_pct": 87.0, "gpu0_mem_used_mib": 3072.0, "gpu0_mem_total_mib": 8192.0,
     "gpu0_temp_c": 61.0, "gpu0_power_w": 142.5,
@@ -61,7 +62,31 @@ def project(tmp_path_factory) -> Path:
     os.utime(runs / OLD_RUN / "run.json", (past, past))
     os.utime(runs / GPU_RUN / "run.json", (past + 60, past + 60))
     os.utime(runs / RUN / "run.json")  # the newest
+    write_sweep(runs / SWEEP, runs / RUN)
     return root
+
+
+def write_sweep(folder: Path, trial_run: Path) -> None:
+    """A finished sweep as `trainforge sweep` leaves it: its request, its Optuna journal with
+    four scored trials, and each trial's run folder (copies of one real run)."""
+    from trainforge.sweep import study as studies
+    from trainforge.sweep.space import parse_space
+    from trainforge.sweep.study import SweepFolder
+
+    sweep = SweepFolder(folder)
+    request = {
+        "space": {"params": {"model.mlp_dropout": {"uniform": [0.0, 0.2]}}},
+        "trials": 4, "metric": "accuracy", "direction": "maximize", "pruner": "none",
+    }  # fmt: skip
+    folder.mkdir(parents=True)
+    sweep.write_request(request)
+    space, _ = parse_space(request["space"], "space")
+    study = studies.open_study(sweep, request)
+    for value in (0.4, 0.8, 0.6, 0.2):
+        trial, _, lease = studies.claim(sweep, study, 4, space)
+        os.close(lease)
+        study.tell(trial, value)
+        shutil.copytree(trial_run, sweep.trial_dir(trial.number))
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +214,11 @@ def test_system_charts_have_labelled_series_with_units(served, page):
     expect(gpu.locator('[data-group="power"] figcaption')).to_contain_text("(W)")
     expect(gpu.locator('[data-group="power"] canvas')).to_have_attribute("data-series", "GPU0")
 
+    page.goto(f"{url}/system")  # the machine's live samples, as charts over time
+    live = page.locator('#system-charts figure[data-group="memory"]')
+    expect(live.locator("figcaption")).to_contain_text("GiB")
+    expect(live.locator("canvas")).to_have_attribute("data-series", "RAM used,this process (RSS)")
+
 
 def test_finished_run_shows_final_metrics_mfu_percent_and_its_artefacts(project, served, page):
     from playwright.sync_api import expect
@@ -302,23 +332,33 @@ def test_phone_width_folds_the_sidebar_and_wraps_the_output(browser, served):
     context.close()
 
 
-def test_compare_starts_with_the_newest_runs_and_a_legend(served, page):
+def test_compare_starts_with_the_newest_runs_and_a_legend(project, served, page):
     from playwright.sync_api import expect
 
     url, _ = served
+    runs = [p.parent for p in (project / "runs").glob("*/run.json")]  # other tests add runs
+    newest = sorted(runs, key=lambda p: (p / "run.json").stat().st_mtime)[-2:]
     page.goto(f"{url}/compare")
     checked = page.locator("#compare-runs input:checked")
     expect(checked).to_have_count(2)
     names = {checked.nth(i).get_attribute("value") for i in range(2)}
-    assert RUN in names and len(names) == 2, names
+    assert names == {p.name for p in newest}, names
     legend = page.locator("#compare-legend li")
     expect(legend).to_have_count(2)
-    expect(legend.first).to_have_text(RUN)  # the newest first
+    for item in legend.all():  # each run by its name, with its colour
+        expect(item).to_contain_text(item.get_attribute("data-run"))
+        assert item.locator(".swatch").evaluate("(e) => getComputedStyle(e).backgroundColor")
     page.wait_for_function(
         "() => Number(document.getElementById('compare-train').dataset.points) > 0"
     )
     page.goto(f"{url}/compare?run={RUN}")
     expect(page.locator("#compare-runs input:checked")).to_have_count(1)
+
+    page.goto(f"{url}/compare?sweep={SWEEP}")  # the sweep page's link: its best 3 of 4 trials
+    expect(legend).to_have_text([f"{SWEEP}/trial-{n:03d}" for n in (0, 1, 2)])
+    page.wait_for_function(
+        "() => document.getElementById('compare-metric').dataset.series.split(',').length === 3"
+    )
 
 
 def test_links_to_the_guides_and_the_run_files(project, served, page):

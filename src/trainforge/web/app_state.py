@@ -126,7 +126,7 @@ class AppState:
             model_ready=self._model_ready(record),
             **self._links(record),
             **self.targets.view(record),
-            **run_extras(self, record, folder),
+            **run_extras(self.settings, self.registry.meta(record.id), record, folder),
         )
         if record.task == "sweep":
             from trainforge.web.sweeps import sweep_outcome

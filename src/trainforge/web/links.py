@@ -20,20 +20,14 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-from trainforge.runfolder import RunFolder
 from trainforge.web.api import _record
 from trainforge.web.app_state import AppState
 from trainforge.web.paths import shown
+from trainforge.web.run_files import readable_files
 from trainforge.web.settings import is_plain_name
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 ONLINE = "the docs/ folder of the trainforge source"
-
-
-def run_files(folder: RunFolder) -> dict[str, Path]:
-    """The run folder's readable records by file name."""
-    paths = (folder.run_json, folder.resolved_config, folder.metrics, folder.summary)
-    return {p.name: p for p in paths}
 
 
 def guides() -> dict[str, Path]:
@@ -70,9 +64,9 @@ def add_links(app: FastAPI, state: AppState, page) -> None:
     def run_file(run_id: str, name: str) -> FileResponse:
         record = _record(state, run_id)
         folder = state.settings.run_folder(record.id)
-        path = run_files(folder).get(name)
+        path = readable_files(folder).get(name)
         if path is None:
-            names = ", ".join(run_files(folder))
+            names = ", ".join(readable_files(folder))
             raise HTTPException(404, f"{shown(name)} is not a run file; ask for {names}")
         runs = state.settings.runs_path.resolve()
         base = folder.path.resolve()

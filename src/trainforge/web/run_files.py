@@ -126,6 +126,12 @@ def telemetry_note(status: str, telemetry: bool | None) -> str:
     return "The run ended before its first telemetry sample."
 
 
+def readable_files(folder: RunFolder) -> dict[str, Path]:
+    """The run folder's text records a page may link to, by file name (`/runs/ID/files/NAME`)."""
+    paths = (folder.run_json, folder.resolved_config, folder.metrics, folder.summary)
+    return {p.name: p for p in paths}
+
+
 def checkpoints(folder: RunFolder) -> list[str]:
     root = folder.checkpoints
     if not root.is_dir():

@@ -5,15 +5,12 @@ downloaded. `AppState.run_view` merges this in; the pages and the API show it.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainforge.runfolder import RunFolder
-from trainforge.web.db import RunRecord
-from trainforge.web.run_files import read_summary
-from trainforge.web.settings import is_trial_id
-
-if TYPE_CHECKING:
-    from trainforge.web.app_state import AppState
+from trainforge.web.db import RunMeta, RunRecord
+from trainforge.web.run_files import read_summary, readable_files
+from trainforge.web.settings import WebSettings, is_trial_id
 
 
 def final_numbers(folder: RunFolder, status: str) -> dict[str, Any] | None:
@@ -35,17 +32,17 @@ def final_numbers(folder: RunFolder, status: str) -> dict[str, Any] | None:
     }
 
 
-def run_extras(state: AppState, record: RunRecord, folder: RunFolder) -> dict[str, Any]:
-    from trainforge.web.links import run_files
-
-    meta = state.registry.meta(record.id)
+def run_extras(
+    settings: WebSettings, meta: RunMeta, record: RunRecord, folder: RunFolder
+) -> dict[str, Any]:
     trial = is_trial_id(record.id)
-    files = [] if trial else [name for name, path in run_files(folder).items() if path.is_file()]
+    found = readable_files(folder).items()
+    files = [] if trial else [name for name, path in found if path.is_file()]
     return {
         "display_name": meta.display_name or record.id,
         "tags": list(meta.tags),
         "note": meta.note,
         "final": final_numbers(folder, record.status),
-        "folder": str(state.settings.cli_run_folder(record.id).path) if not trial else "",
+        "folder": str(settings.cli_run_folder(record.id).path) if not trial else "",
         "files": files,
     }
