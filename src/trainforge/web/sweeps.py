@@ -203,6 +203,7 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
     if existing is not None and existing.active:
         raise HTTPException(409, f"sweep {name} is {existing.status}")
     config, problems = _request_problems(state.settings, body)
+    problems += _target_problems(state, body)
     if problems:  # nothing was read from a path the rule refused
         return JSONResponse({"errors": [cut(line) for line in problems]}, status_code=422)
     space_path = state.settings.logs_path.parent / "sweeps" / f"{name}.yaml"
@@ -228,16 +229,30 @@ def start_sweep(request: Request, body: SweepRequest) -> JSONResponse:
                         else {"name": name, "status": record.status}, status_code=201)  # fmt: skip
 
 
+def _target_problems(state: Any, body: SweepRequest) -> list[str]:
+    """The Target fields' problems (judged for a local sweep too: every field is checked)."""
+    from trainforge.launch.slurm import parse_time
+
+    problems = []
+    try:
+        known = state.targets.targets()
+    except UserError as err:
+        known, problems = {}, [err.line()]
+    if body.target != "local" and body.target not in known:
+        problems.append(f"target {shown(body.target)}: not in the targets file")
+    try:
+        parse_time(body.time)
+    except UserError as err:
+        problems.append(err.line())
+    return problems
+
+
 def _start_on_target(state: Any, body: SweepRequest, name: str, space: Path) -> JSONResponse:
     """The sweep as a job array on a cluster target (`trainforge sweep --slurm --submit
     --target`): checked here like any sweep, sent in the background."""
     from trainforge.sweep.cli import prepare, split_args
 
     root = state.settings.root
-    if body.target not in state.targets.targets():
-        space.unlink(missing_ok=True)
-        return JSONResponse({"errors": [f"target {body.target}: not in the targets file"]},
-                            status_code=422)  # fmt: skip
     if not space.is_relative_to(root):  # copied to the same relative place on the cluster
         space.unlink(missing_ok=True)
         return JSONResponse({"errors": ["a sweep on a target needs the server's database "
@@ -249,9 +264,6 @@ def _start_on_target(state: Any, body: SweepRequest, name: str, space: Path) -> 
     try:
         own, rest = split_args(argv)
         prepare(own, rest)
-        from trainforge.launch.slurm import parse_time
-
-        parse_time(body.time)
     except UserError as err:
         space.unlink(missing_ok=True)
         return JSONResponse({"errors": [cut(x) for x in err.line().splitlines()]},
