@@ -372,12 +372,12 @@ def test_run_folder_names_are_spelled_only_by_the_modules_that_own_them():
 
 
 # ------------------------------------------------------------------ file circles
-def folders() -> list[str]:
-    """Every folder of modules under src/trainforge as a dotted name (`engine`,
+def folders(root: Path = ROOT) -> list[str]:
+    """Every folder of modules under `root` (src/trainforge) as a dotted name (`engine`,
     `data.text`), with an `__init__.py` or without one."""
     return sorted(
-        ".".join(d.relative_to(ROOT).parts)
-        for d in ROOT.rglob("*")
+        ".".join(d.relative_to(root).parts)
+        for d in root.rglob("*")
         if d.is_dir() and any(d.glob("*.py"))
     )
 
@@ -399,10 +399,12 @@ def file_edges(package: str) -> dict[tuple[str, str], list[str]]:
     return edges
 
 
-def test_every_folder_is_scanned_with_or_without_an_init_file():
-    found = folders()
-    assert {"engine", "data.text", "config", "sweep"} <= set(found)
-    assert not (ROOT / "engine" / "__init__.py").exists() or "engine" in found
+def test_every_folder_is_scanned_with_or_without_an_init_file(tmp_path):
+    for name in ("a/__init__.py", "a/x.py", "b/y.py", "b/c/z.py", "d/data.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert folders(tmp_path) == ["a", "b", "b.c"]  # b has no __init__.py; d has no module
+    assert {"engine", "data.text", "config", "sweep"} <= set(folders())
     assert ("trainforge.export.pipeline", "trainforge.export.job") in file_edges("export")
 
 
