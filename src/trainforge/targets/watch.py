@@ -140,7 +140,8 @@ def mirror(remote: Remote, record: JobRecord) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if record.options.get("sweep"):  # the study and its trials' records, not their weights
         source = remote.rsync_destination(record.run_dir) + "/"
-        skip = ["--exclude", "checkpoints/", "--exclude", "tensorboard/", "--exclude", "model/"]
+        heavy = (_LAYOUT.checkpoints, _LAYOUT.tensorboard, _LAYOUT.model)
+        skip = [word for path in heavy for word in ("--exclude", path.name)]
         remote.rsync([*skip, source, f"{folder}/"], timeout=300)
         return
     sources = [remote.rsync_destination(f"{record.run_dir}/{name}") for name in MIRRORED]
