@@ -97,3 +97,21 @@ def test_the_reference_says_when_the_flat_spellings_go():
     section = text.split("## Old flat spellings", 1)[1]
     assert f"until trainforge {FLAT_SPELLINGS_UNTIL}" in section
     assert "| `data.train_file` | `data.options.train_file` |" in section
+
+
+def test_a_later_layer_that_picks_another_entry_drops_the_earlier_entrys_options(tmp_path):
+    path = tmp_path / "digits.yaml"
+    path.write_text(
+        "data: {dataset: digits, options: {val_fraction: 0.3}}\n"
+        "optimizer: {name: adamw, args: {adam_beta1: 0.8}}\n"
+    )
+    same = load(path, profile="cpu", overrides=["data.dataset=digits"])
+    assert same.config.data.options.val_fraction == 0.3  # the same entry keeps them
+    other = load(path, profile="cpu", overrides=["data.dataset=cifar10", "optimizer.name=sgd"])
+    assert other.config.data.options.model_dump() == {"download": True}
+    assert other.sources["data.options.download"] == "default"
+    assert "adam_beta1" not in other.config.optimizer.args.model_dump()
+    given = load(
+        path, profile="cpu", overrides=["data.options.download=false", "data.dataset=cifar10"]
+    )
+    assert given.config.data.options.download is False  # the new entry's own, same layer

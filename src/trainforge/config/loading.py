@@ -310,6 +310,7 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
 def _merge(
     dst: dict[str, Any], src: Mapping[str, Any], source: str, sources: dict[str, str], prefix: str
 ) -> None:
+    _drop_options_of_another_entry(dst, src, prefix, sources)
     for key, value in src.items():
         path = f"{prefix}{key}"
         _replace_other_spelling(dst, key, value, path, sources)
@@ -321,6 +322,25 @@ def _merge(
         else:
             dst[key] = copy.deepcopy(value)
             sources[path] = source
+
+
+# Options mapping -> the key of its section that picks the entry owning them.
+ENTRY_KEYS = {"data.options": "dataset", "optimizer.args": "name"}
+
+
+def _drop_options_of_another_entry(
+    dst: dict[str, Any], src: Mapping[str, Any], prefix: str, sources: dict[str, str]
+) -> None:
+    """A layer that picks another entry (`--set data.dataset=image-folder` over a file's
+    digits) leaves out the options an earlier layer gave the entry it replaces: they were
+    that entry's (`val_fraction` of digits), not the new one's."""
+    for where, key in ENTRY_KEYS.items():
+        section, _, mapping = where.partition(".")
+        if prefix != f"{section}." or key not in src or dst.get(key, src[key]) == src[key]:
+            continue
+        dst.pop(mapping, None)
+        for path in [p for p in sources if p.startswith(f"{where}.")]:
+            del sources[path]
 
 
 def _replace_other_spelling(
