@@ -210,7 +210,8 @@ const TF = (() => {
     return cell;
   }
 
-  // The filter box: rows whose name, status, target or tags hold every word typed.
+  // The filter box: rows whose name (or display name), status, target or tags hold every word
+  // typed.
   function filterRuns() {
     const box = $("runs-filter");
     if (!box) return;
@@ -232,7 +233,7 @@ const TF = (() => {
       row.dataset.run = run.id;
       row.dataset.status = run.status;
       row.dataset.target = place.target;
-      if (Array.isArray(run.tags)) row.dataset.tags = run.tags.join(" ");
+      row.dataset.tags = [...(run.tags || []), run.display_name || ""].join(" ");
       const link = el("span");
       const anchor = el("a", run.id);
       anchor.href = run.page;  // a sweep opens the sweep's page
