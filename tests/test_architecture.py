@@ -34,6 +34,7 @@ signature."
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -52,6 +53,12 @@ def _modules() -> list[tuple[Path, str]]:
             parts.pop()
         out.append((path, ".".join(parts)))
     return out
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of one source file, read once for all the checks here."""
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 def _package(module: str) -> str | None:
@@ -93,6 +100,7 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
     ]
 
 
+@functools.cache
 def package_edges() -> dict[tuple[str, str], list[str]]:
     """(from package, to package) -> the file:line of every import that makes the edge."""
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -100,7 +108,7 @@ def package_edges() -> dict[tuple[str, str], list[str]]:
         source = _package(module)
         if source is None:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         for node in ast.walk(tree):
             for target in _targets(node, module, path.name == "__init__.py"):
                 dest = _package(target)
@@ -160,7 +168,7 @@ def long_functions() -> list[str]:
     """`file:line name (N lines)` for each function over the limit without its reason."""
     out = []
     for path, _ in _modules():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         for node in ast.walk(tree):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -251,7 +259,7 @@ def run_folder_names() -> frozenset[str]:
         names.update(v for k, v in vars(module).items() if k.isupper() and isinstance(v, str) and v)
     names.update(pattern.split("{")[0] for pattern, _, _ in checkpoint.NAMES.values())
     for owner in NAME_OWNERS:
-        tree = ast.parse((ROOT / owner).read_text(encoding="utf-8"))
+        tree = parsed(ROOT / owner)
         names.update(v for _, v in _joined_literals(tree) if v and "{" not in v)
     return frozenset(names)
 
@@ -271,7 +279,7 @@ def _declared_elsewhere(names: frozenset[str]) -> frozenset[str]:
     for path, _ in _modules():
         if path.relative_to(ROOT).as_posix() in NAME_OWNERS:
             continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in parsed(path).body:
             if (
                 isinstance(node, ast.Assign)
                 and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)
@@ -328,7 +336,7 @@ def run_folder_literals() -> list[str]:
         where = path.relative_to(ROOT).as_posix()
         if where in NAME_OWNERS:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         out += [
             f"{path.relative_to(SRC.parent)}:{line} {value!r}"
             for line, value in name_literals(tree, names, shared)
@@ -391,7 +399,7 @@ def file_edges(package: str) -> dict[tuple[str, str], list[str]]:
     for path, module in _modules():
         if not module.startswith(prefix) or path.name == "__init__.py":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         for node in ast.walk(tree):
             for target in _targets(node, module, False):
                 if target.startswith(prefix) and target != module:
