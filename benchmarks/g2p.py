@@ -65,9 +65,11 @@ def _config(
         "model.model_name_or_path": str(work / f"g2p-{size}"),
         "output.models_dir": str(work / "models"),  # never the user's models/ folder
         "model.init_size": size,
-        "data.train_file": str(files["train"]),
-        "data.validation_file": str(files["val"]),  # unused here: only the test split counts
-        "data.test_file": str(files["test"]),
+        "data.options.train_file": str(files["train"]),
+        "data.options.validation_file": str(
+            files["val"]
+        ),  # unused here: only the test split counts
+        "data.options.test_file": str(files["test"]),
         "data.dataloader_num_workers": 0,
         "training.max_steps": max_steps,
         "training.num_threads": threads,

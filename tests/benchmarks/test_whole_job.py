@@ -28,7 +28,7 @@ def test_the_plain_script_trains_the_main_jobs_recipe():
     assert RECIPE["warmup_epochs"] == s["warmup_epochs"] and s["lr_scheduler_type"] == "cosine"
     assert RECIPE["eval_every_epochs"] == e["eval_every_epochs"]
     assert RECIPE["label_smoothing"] == config["task"]["label_smoothing"]
-    assert RECIPE["val_fraction"] == config["data"]["val_fraction"]
+    assert RECIPE["val_fraction"] == config["data"]["options"]["val_fraction"]
     assert RECIPE["crop_padding"] == config["data"]["random_crop_padding"]
 
 

@@ -100,12 +100,12 @@ PRINTED: list[tuple[str, str | None, str]] = [
         "docs/llm_finetuning.md",
         "trainforge train config/jetson_training.json --base-model models/NAME --output-name "
         "my-model",
-        "train: 276 records -> 276 examples, 0 truncated to max_seq_length=512, 0 dropped",
+        "train: 263 records -> 263 examples, 0 truncated to max_seq_length=512, 0 dropped",
     ),
     (
         "docs/coming_from.md",
         "trainforge profiles template cpu",
-        "# text: training records (.json, .jsonl, .tsv or .csv).",
+        "# Folder holding the data set files.",
     ),
     (
         "docs/data.md",

@@ -45,7 +45,7 @@ def project(tmp_path) -> Path:
 
 def plan_command(max_steps: int) -> list[str]:
     """The plan's `train` command line, plus what keeps the run small and in the project."""
-    data = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))["data"]
+    data = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))["data"]["options"]
     assert data["test_file"], "the config scores a test split: the test names a small one"
     return [
         "train", "config/g2p_cmudict.yaml",
@@ -53,7 +53,7 @@ def plan_command(max_steps: int) -> list[str]:
         "--data_file", "t.tsv", "--report_to", "tensorboard",
         "--max_steps", str(max_steps), "--save_steps", "5",
         # small and quick: eval and test splits, a tiny model created on first use, 1 thread
-        "--eval_file", "v.tsv", "--set", "data.test_file=test.tsv",
+        "--eval_file", "v.tsv", "--set", "data.options.test_file=test.tsv",
         "--model_name_or_path", "models/tiny-g2p", "--set", "model.init_size=tiny",
         "--profile", "cpu", "--num_threads", "1", "--batch_size", "8",
         "--max_new_tokens", "8",
@@ -77,9 +77,9 @@ def test_the_plan_command_saves_checkpoints_every_save_steps(project, monkeypatc
     resolved = yaml.safe_load(run.resolved_config.read_text(encoding="utf-8"))
     logging = resolved["logging"]
     assert (logging["tensorboard"], logging["wandb"], logging["mlflow"]) == (True, False, False)
-    assert resolved["data"]["train_file"] == "t.tsv"
-    assert resolved["data"]["validation_file"] == "v.tsv"
-    assert resolved["data"]["test_file"] == "test.tsv"
+    assert resolved["data"]["options"]["train_file"] == "t.tsv"
+    assert resolved["data"]["options"]["validation_file"] == "v.tsv"
+    assert resolved["data"]["options"]["test_file"] == "test.tsv"
 
 
 def run_cli(project: Path, argv: list[str], stop_at: int | None = None):

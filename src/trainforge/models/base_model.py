@@ -2,7 +2,7 @@
 the corpus its tokenizer was trained on.
 
 With `model.init_arch`, a missing `model.model_name_or_path` is created from
-`data.train_file` (`trainforge models init`'s code), and its trainforge.json records each
+`data.options.train_file` (`trainforge models init`'s code), and its trainforge.json records each
 corpus file's path, SHA-256 and size. A model's tokenizer fits only text like its corpus:
 a base model made from a two-line smoke-test file must never become the real run's. So a
 later run whose corpus differs (another hash) never reuses it: it uses a base model of its
@@ -71,9 +71,9 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
             "`trainforge models init NAME --corpus FILE` makes a small one",
         )
     path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
-    if not m.init_arch or not config.data.train_file:
+    if not m.init_arch or not config.data.options.train_file:
         return hf.check_model_dir(path)
-    corpus = Path(config.data.train_file)
+    corpus = Path(config.data.options.train_file)
     if not corpus.is_file():
         return hf.check_model_dir(path)  # the data check names the missing file
     from trainforge.models.hf_init import corpus_fact

@@ -42,7 +42,8 @@ FIELD_PATHS = {
     "training.num_train_epochs": "epochs",
     "optimizer.learning_rate": "learning_rate",
     "training.per_device_train_batch_size": "batch_size",
-    "data.train_file": "dataset",
+    "data.options.train_file": "dataset",
+    "data.train_file": "dataset",  # the old flat spelling, in errors of older configs
     "data.dataset": "dataset",
     "model.model_name_or_path": "base_model",
     "output.run_name": "output_name",
@@ -60,7 +61,10 @@ RESERVED_PREFIXES = (
     "output.",
     "profile",
     "data.root",
-    "data.train_file",
+    "data.options.train_file",
+    "data.options.validation_file",
+    "data.options.test_file",
+    "data.train_file",  # the old flat spellings of the same three
     "data.validation_file",
     "data.test_file",
     "hardware.swap_directory",
@@ -174,7 +178,7 @@ def _values(settings: WebSettings, config: str, resolved: ResolvedConfig) -> dic
         "config": config,
         "task": c.task.kind,
         "base_model": base,
-        "dataset": c.data.train_file if lm else c.data.dataset,
+        "dataset": c.data.options.train_file if lm else c.data.dataset,
         "epochs": c.training.num_train_epochs,
         "learning_rate": c.optimizer.learning_rate,
         "batch_size": c.training.per_device_train_batch_size,
@@ -210,7 +214,7 @@ def build_arguments(settings: WebSettings, form: TrainForm) -> tuple[list[str], 
     if task == "causal-lm":
         sets += ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text"]
         if form.dataset:
-            sets.append(f"data.train_file={quoted(form.dataset)}")
+            sets.append(f"data.options.train_file={quoted(form.dataset)}")
         if form.base_model:
             path = f"{settings.models_dir}/{form.base_model}"
             sets.append(f"model.model_name_or_path={quoted(path)}")

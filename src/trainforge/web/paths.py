@@ -29,7 +29,10 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 PATH_SETTINGS = (
     "extensions",
     "data.root",
-    "data.train_file",
+    "data.options.train_file",
+    "data.options.validation_file",
+    "data.options.test_file",
+    "data.train_file",  # the old flat spellings of the same three
     "data.validation_file",
     "data.test_file",
     "model.model_name_or_path",
