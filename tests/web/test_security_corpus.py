@@ -274,6 +274,8 @@ def test_a_sweep_refuses_a_config_out_of_config_and_repeats_nothing_from_it(corp
         ["--extension", "{extension}"],
         ["--extension", "{extension-up}"],
         ["--set", "data.train_file={absolute}"],
+        ["--set", "data.options.train_file={absolute}"],  # the current spelling too
+        ["--set", "data.options.test_file={dotdot}"],
         ["--data_file", "{relative}"],
         ["--set", "model.init_from={dotdot}"],
         ["--config", "{absolute}"],
@@ -298,6 +300,7 @@ def test_a_sweep_refuses_train_flags_naming_paths_out_of_the_project(corpus, arg
         {"base_model": "{model-link}", "task": "causal-lm"},
         {"overrides": ['extensions=["{extension}"]']},
         {"overrides": ["model.init_from={relative}"]},
+        {"overrides": ["data.options.train_file={absolute}"], "task": "causal-lm"},
         {"overrides": ["logging.wandb_dir={absolute}"]},
         {"config": "{symlink}"},
     ],
