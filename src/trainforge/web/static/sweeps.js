@@ -56,6 +56,7 @@
     $("sweep-resume").hidden = !["stopped", "failed"].includes(s.status);
     $("sweep-report").href = `/sweeps/${encodeURIComponent(s.name)}/report`;
     $("sweep-compare").href = "/compare?" + s.trials.map((t) => `run=${encodeURIComponent(s.name + "/" + t.trial)}`).join("&");
+    $("compare-best").href = `/compare?sweep=${encodeURIComponent(s.name)}`;  // its best trials
     const body = $("sweep-trials").tBodies[0];
     body.replaceChildren();
     for (const t of s.trials) {
