@@ -177,3 +177,5 @@ def test_compare_picks_the_two_newest_runs_or_a_sweeps_best_trials(make_client, 
     assert picked("/compare?sweep=search") == sorted(f"search/{t}" for t in best)
     assert picked("/compare?run=oldest") == ["oldest"]
     assert picked("/compare?sweep=nothing") == []
+    trial = client.get("/runs/search/trial-001")  # a trial's page: managed with its sweep
+    assert trial.status_code == 200 and 'id="manage-form"' not in trial.text

@@ -38,7 +38,7 @@ router = APIRouter(prefix="/api")
 FORMATS = ("onnx", "int8", "pruned")
 # Enough timed calls for a stable median on a small model, few enough to answer in seconds.
 LATENCY_RUNS = 20
-_EXPORTS: dict[str, subprocess.Popen] = {}
+_EXPORTS: dict[Path, subprocess.Popen] = {}  # by run folder: one export per run at a time
 _LOCK = threading.Lock()
 
 
@@ -129,7 +129,7 @@ def artifacts(folder: RunFolder) -> list[dict[str, Any]]:
 
 def _status(state: AppState, record: RunRecord) -> dict[str, Any]:
     with _LOCK:
-        process = _EXPORTS.get(record.id)
+        process = _EXPORTS.get(state.settings.run_folder(record.id).path)
     running = process is not None and process.poll() is None
     code = None if process is None or running else process.returncode
     return {
@@ -160,8 +160,9 @@ def start_export(request: Request, run_id: str, body: ExportRequest) -> dict[str
     for fmt in dict.fromkeys(body.formats):
         command += ["-f", fmt]
     command += ["--latency-runs", str(LATENCY_RUNS)]
+    key = state.settings.run_folder(record.id).path
     with _LOCK:
-        process = _EXPORTS.get(record.id)
+        process = _EXPORTS.get(key)
         if process is not None and process.poll() is None:
             raise HTTPException(409, f"an export of run {record.id} is running; wait for it")
         log = _log(state, record.id)
@@ -169,7 +170,7 @@ def start_export(request: Request, run_id: str, body: ExportRequest) -> dict[str
         with log.open("w") as out:
             out.write(f"$ trainforge export {' '.join(command[4:])}\n")
             out.flush()
-            _EXPORTS[record.id] = subprocess.Popen(
+            _EXPORTS[key] = subprocess.Popen(
                 command, cwd=state.settings.root, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip

@@ -9,16 +9,17 @@ from typing import Any
 
 from trainforge.runfolder import RunFolder
 from trainforge.web.db import RunMeta, RunRecord
-from trainforge.web.run_files import read_summary, readable_files
+from trainforge.web.run_files import readable_files, summary_since
 from trainforge.web.settings import WebSettings, is_trial_id
 
 
-def final_numbers(folder: RunFolder, status: str) -> dict[str, Any] | None:
+def final_numbers(folder: RunFolder, record: RunRecord) -> dict[str, Any] | None:
     """A run that ended: its final validation metrics, best metric, steps and training time
-    (summary.json), None while it runs or when it wrote no summary."""
-    if status in ("queued", "running", "stopping"):
+    (summary.json), None while it runs or when this attempt wrote no summary (one left by an
+    earlier attempt is not this one's)."""
+    if record.active:
         return None
-    summary = read_summary(folder)
+    summary = summary_since(folder, record.started_at)
     if summary is None:
         return None
     metrics = summary.get("final_metrics")
@@ -42,7 +43,7 @@ def run_extras(
         "display_name": meta.display_name or record.id,
         "tags": list(meta.tags),
         "note": meta.note,
-        "final": final_numbers(folder, record.status),
+        "final": final_numbers(folder, record),
         "folder": str(settings.cli_run_folder(record.id).path) if not trial else "",
         "files": files,
     }

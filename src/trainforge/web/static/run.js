@@ -22,7 +22,7 @@
     "samples_per_s", "step_time_s", "data_wait_share", "compute_time_s", "grad_norm",
     "mfu", "mfu_measured"]);
   const ACTIVE = ["queued", "running", "stopping"];
-  let pace = null;  // [step, time] of this attempt's first train record, for the ETA
+  let pace = null;  // [step, time] of this attempt's first train record, then the last one
   const RECORD_KEYS = new Set(["time", "split", "step", "epoch"]);
   let offset = 0;
   let source = null;
@@ -47,7 +47,12 @@
   // and its start-up time do not count).
   function updateEta(r) {
     if (r.step == null || typeof r.time !== "number") return;
-    if (!pace || r.step < pace[0]) pace = [r.step, r.time];
+    // A new attempt starts the pace again: its steps repeat the last ones, or it follows a
+    // pause (the run was stopped and resumed).
+    const usual = pace && pace[2] > pace[0] ? (pace[3] - pace[1]) / (pace[2] - pace[0]) : 0;
+    const paused = pace && r.time - pace[3] > Math.max(60, 10 * usual);
+    if (!pace || r.step <= pace[2] || paused) pace = [r.step, r.time];
+    pace[2] = r.step; pace[3] = r.time;
     const eta = $("run-eta");
     const total = run.total_steps;
     const done = r.step - pace[0];
@@ -231,6 +236,8 @@
     connect();
   });
 
+  $("stop-button").disabled = false;
+  $("resume-button").disabled = false;
   Object.values(charts).forEach((c) => c.draw());
   showStatus(run);
   connect();

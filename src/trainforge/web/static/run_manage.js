@@ -31,6 +31,7 @@
       $("m-saved").textContent = ok ? "Saved." : (view && JSON.stringify(view.detail)) || "not saved";
       if (ok) showMeta(view);
     });
+    $("m-save").disabled = false;
   }
 
   // Delete is offered only for a run that ended; the server refuses it otherwise too.
@@ -106,6 +107,7 @@
       showExport(state);
       if (!polling) polling = setInterval(pollExport, 1000);
     });
+    $("export-button").disabled = false;
     if (run.status === "completed") pollExport();
   }
 })();
