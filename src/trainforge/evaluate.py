@@ -1,12 +1,14 @@
 """`trainforge evaluate RUN`: score a run's model on its whole validation and test splits, or
 on any TSV/CSV/JSONL file, as the run's closing evaluation computes them.
 
-Owns the choice of weights (the run's final model, else its newest checkpoint; or the
-checkpoint `--checkpoint` names), the evaluation config (the run's own, with the files asked
+Owns the evaluation config (the run's own, with the files asked
 for as its validation split, nothing written and no base model created), and the printed and
-JSON results. The weights are read as export reads them (`export.source`: verified against
-the manifest, safetensors only); the passes are the task's own (`evaluate_dataset` for the
-causal-LM task, every prompt decoded; `engine.evaluate.evaluate_batches` for the others).
+JSON results. Which weights a run folder means is `run.weights.run_weights`'s answer (the one
+export and `model.init_from` use: final model, else verified best, else newest), or the
+checkpoint `--checkpoint` names; they are read as export reads them (`export.source`:
+verified against the manifest, safetensors only). The passes are the task's own where it
+declares one (`Task.evaluate_split`: the causal-LM task decodes every prompt), else
+`engine.evaluate.evaluate_batches` with the task's metrics.
 Works where the run started, as `--resume` does, so its relative data and model paths hold.
 
 Library considered: Hugging Face `evaluate` (metric objects loaded by name) scores
@@ -18,11 +20,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
+from trainforge.export.options import SOURCE_HINT
 from trainforge.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from trainforge.run.weights import RunWeights
 
 SPLITS = ("val", "test")
 
@@ -40,10 +46,14 @@ class Request:
     num_threads: int | None = None
 
 
-def weights_of(request: Request) -> Path:
-    """The run folder or checkpoint folder whose weights are scored."""
+def weights_of(request: Request) -> RunWeights:
+    """The weights scored: the checkpoint `--checkpoint` names, else those the run folder
+    means (`run.weights.run_weights`)."""
+    from trainforge.run import weights
+
     run = RunFolder(request.run)
     given = request.checkpoint
+    path = run.path
     if given is not None:
         named = run.checkpoints / given
         path = named if named.is_dir() else Path(given)
@@ -53,22 +63,23 @@ def weights_of(request: Request) -> Path:
                 f"--checkpoint {given}: no such checkpoint in {run.checkpoints}",
                 f"pick one of {', '.join(have)}" if have else "train the run first",
             )
-        return path
-    if run.model.is_file() or not run.checkpoints.is_dir():
-        return run.path
-    newest = ckpt.latest(run.checkpoints)
-    return newest.path if newest is not None else run.path
+    found = weights.run_weights(path) if path.is_dir() else None
+    if found is None:
+        raise UserError(f"{path} is neither a run folder nor a checkpoint", SOURCE_HINT)
+    return found
 
 
 def evaluate(request: Request) -> dict[str, Any]:
     """Score the weights on the splits and files asked for; prints one line per pass and
     returns {"weights", "step", "results": {name: {"examples", metrics…}}}."""
-    from trainforge.export.source import load_weights, resolve_source
+    from trainforge.export.options import check_source_exists
+    from trainforge.export.source import load_weights, read_source
     from trainforge.run.resume import enter_start_dir
 
     if request.file is not None and not request.file.is_file():
         raise UserError(f"--file {request.file}: not found", "pass a TSV, CSV or JSONL file")
-    source = resolve_source(weights_of(request))
+    check_source_exists(request.run)
+    source = read_source(weights_of(request))
     step = _step_of(source.weights)
     file = request.file.resolve() if request.file is not None else None
     enter_start_dir(RunFolder(source.run_dir))
@@ -111,15 +122,18 @@ def _step_of(weights: Path) -> int | None:
 def _evaluation_config(config: Any, request: Request, file: Path | None) -> Any:
     """The run's config for scoring: nothing written, no base model created, the file (when
     given) as the validation split, the batch, device and threads asked for."""
+    from trainforge.registry import TASKS
+
     data, model = config.data, config.model
+    kind = TASKS.get(config.task.kind)
     if file is not None:
-        if config.task.kind != "causal-lm":
+        if not kind.scores_files:
             raise UserError(
                 f"--file {file}: only text runs score a file ({config.task.kind} run)",
                 "score its own validation split: trainforge evaluate RUN",
             )
-        data = data.model_copy(update={"validation_file": str(file), "test_file": None})
-    if config.task.kind == "causal-lm":
+        data = data.with_options(validation_file=str(file), test_file=None)
+    if kind.base_model:
         from trainforge.models.base_model import resolve_base_model
 
         base = resolve_base_model(config, create=False)
@@ -148,7 +162,7 @@ def _passes(task: Any, request: Request, file: Path | None):
         return
     for split in request.splits or SPLITS:
         name = "validation" if split == "val" else split
-        loader = task.val_loader if split == "val" else getattr(task, "test_loader", None)
+        loader = task.val_loader if split == "val" else task.test_loader
         if loader is not None:
             yield name, loader
         elif request.splits:
@@ -157,10 +171,9 @@ def _passes(task: Any, request: Request, file: Path | None):
 
 def _score(task: Any, model: Any, loader: Any, device: Any, config: Any) -> dict[str, float]:
     """The task's metrics on the loader's whole data set, every prompt decoded."""
-    dataset = loader.dataset
-    if hasattr(task, "evaluate_dataset"):
-        whole = dataset.all_generated() if hasattr(dataset, "all_generated") else dataset
-        return task.evaluate_dataset(model, whole)
+    own = task.evaluate_split(model, loader)
+    if own is not None:
+        return own
     from trainforge.engine.evaluate import evaluate_batches
     from trainforge.engine.precision import PrecisionPlan
 

@@ -74,13 +74,12 @@ def _train(resolved: ResolvedConfig, platform: Any, device: Any, resume_from: st
 
 
 def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> RunSummary:
-
     from trainforge.engine.state import seed_everything
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware.allocator import tune_host_allocator
     from trainforge.hardware.threads import apply_threads, thread_count
     from trainforge.observe.loggers import build_loggers, flatten
-    from trainforge.run import header, init_from, outputs, resume, segments
+    from trainforge.run import header, init_from, outputs, resume
     from trainforge.run.callbacks import build_callbacks
     from trainforge.run.recipe import config_hash, config_yaml
     from trainforge.tasks import build_task
@@ -124,15 +123,42 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
         measured_peak_tflops=header.measured_peak_tflops(config, device),
     )  # fmt: skip
     notes = [*resolved.notes, fit_line, *init_lines, trainer.schedule_note]
-    header.print_start(resolved, platform, trainer, folder.path, notes)
+    header.print_start(resolved, platform, trainer, device, trainer.precision.name, folder.path,
+                       notes)  # fmt: skip
     if main:
         resume.record_run(folder, resolved, trainer, source.record() if source else None)
-        header.warn_space(folder, config, trainer)
-    guarantee = resume.restore(trainer, start_from, config) if start_from else ("start", [])
-    segments.record_segment(folder, trainer, start_from, *guarantee)  # rank 0 writes
+        header.warn_space(folder, config, task.model)
+    _resume(trainer, folder, start_from, config)
     steady_state()
-    result = outputs.fit_or_abort(trainer, folder)
-    return outputs.finish(trainer, result, folder, resolved, platform, callbacks)
+    result = outputs.fit_or_abort(trainer.fit, folder)
+    return outputs.finish(trainer, _engine(trainer, device), result, folder, resolved, platform,
+                          callbacks)  # fmt: skip
+
+
+def _resume(trainer: Any, folder: Any, start_from: Any, config: Any) -> None:
+    """Load the checkpoint when resuming (`run.resume.restore`), then record where this
+    part of the run computes (`run.segments`; rank 0 writes)."""
+    from trainforge.run import resume, segments
+
+    def load(checkpoint: Any) -> tuple[dict, tuple[str, list[str]]]:
+        meta = trainer.load_checkpoint(checkpoint)
+        return meta, trainer.resume_guarantee or ("exact", [])
+
+    guarantee = resume.restore(load, start_from, config) if start_from else ("start", [])
+    where = trainer.setup.now(), trainer.state.global_step
+    segments.record_segment(folder, *where, start_from, *guarantee)
+
+
+def _engine(trainer: Any, device: Any) -> Any:
+    """What the outputs need of how the run trained (`run.outputs.Engine`)."""
+    from trainforge.engine.stateful import ModelState
+    from trainforge.run.outputs import Engine
+
+    whole = ModelState(trainer.model, trainer.sharded)  # under FSDP: gathered on rank 0
+    return Engine(
+        trainer.config_hash, trainer.precision.name, device, trainer.meter.peak_flops,
+        trainer.meter.measured_peak_flops, whole.full_state_dict if trainer.sharded else None,
+    )  # fmt: skip
 
 
 def steady_state() -> None:

@@ -13,7 +13,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.config.loading import load
 from trainforge.data.sampling import EpochShuffleSampler
-from trainforge.engine.task import StepOutput
+from trainforge.engine.task import StepOutput, Task
 
 
 class Points(torch.utils.data.Dataset):
@@ -30,7 +30,7 @@ class Points(torch.utils.data.Dataset):
 
 
 @dataclass
-class PointsTask:
+class PointsTask(Task):
     model: nn.Module
     train_loader: Any
     val_loader: Any

@@ -215,7 +215,7 @@ def test_consecutive_bad_steps_stop_the_run_with_the_last_good_checkpoint(
         callbacks=[CheckpointCadence(2, None, False)],
     )
     trainer.fit()
-    assert trainer.diverged and "diverged" in trainer.stop_reason
+    assert trainer.outcome.diverged and "diverged" in trainer.outcome.reason
     assert trainer.state.global_step == 5 and trainer.state.consecutive_nonfinite == 3
     newest = ckpt.latest(tmp_path / "checkpoints")
     assert newest.path.name == "checkpoint-4"
@@ -350,7 +350,7 @@ def test_device_side_check_stops_a_diverging_run_at_the_next_logging_point(
     trainer = Trainer(task, cfg, run_dir=tmp_path, device=CPU, callbacks=[LogEvery4()])
     trainer.guard.device_skip = True
     trainer.fit()
-    assert trainer.diverged and "diverged" in trainer.stop_reason
+    assert trainer.outcome.diverged and "diverged" in trainer.outcome.reason
     # Steps 1, 2 ran; the logging point at counter 4 gave 2 skipped steps back (2 in a row),
     # the next one at counter 4 again found 4 in a row and stopped the run.
     assert trainer.state.global_step == 2 and trainer.state.batch_in_epoch == 6

@@ -254,18 +254,19 @@ def test_ranks_agree_on_the_signal_and_prefer_the_requeue_signal(monkeypatch):
         return max(value, GracefulStop.SIGNALS.index("SIGUSR1") + 1)
 
     monkeypatch.setattr(parallel, "agree_max", other_rank_got_usr1)
+    monkeypatch.setattr(parallel, "context", lambda: SimpleNamespace(enabled=True))
     saved: list[str] = []
-    trainer = SimpleNamespace(
-        dist=SimpleNamespace(enabled=True),
+    stopped_by: list[str | None] = []
+    loop = SimpleNamespace(
         should_stop=False,
         save_checkpoint=lambda name, wait: saved.append(name),
-        stop=lambda reason: None,
+        stop=lambda reason, signal=None: stopped_by.append(signal),
     )
     for mine in (None, "SIGTERM"):
         stop = GracefulStop()
         stop.received = mine
-        stop.on_step_end(trainer)
-        assert trainer.stop_signal == "SIGUSR1"
+        stop.on_step_end(loop)
+        assert stopped_by[-1] == "SIGUSR1"
     assert seen == [0, GracefulStop.SIGNALS.index("SIGTERM") + 1]
     assert saved == ["checkpoint_interrupted"] * 2
 

@@ -122,7 +122,8 @@ def test_head_of_another_size_is_reinitialised_and_recorded(digits, tmp_path, ca
     out = capsys.readouterr().out
     assert f"init_from {a}: head 6 -> 4 classes, re-initialised" in out
     assert (
-        f"init_from {a}: final model {a / 'model.safetensors'}; the optimizer starts fresh" in out
+        f"init_from {a}: weights: final model {a / 'model.safetensors'}; the optimizer starts fresh"
+        in out
     )
     source = load_file(str(a / "model.safetensors"))
     started = load_file(str(tmp_path / "init" / "model.safetensors"))
@@ -231,7 +232,7 @@ def test_sources_and_one_line_refusals(digits, tmp_path) -> None:
     best = copy / "checkpoints" / "best_model"
     shutil.copytree(next((a / "checkpoints").glob("checkpoint*")), best)
     found = init_from.locate(_config(**{"model.init_from": copy}))
-    assert found.kind == "no final model, best checkpoint" and found.path.parent == best
+    assert found.kind == "best checkpoint" and found.path.parent == best
     assert (
         found.config_hash
         and found.config_hash == json.loads((best / "meta.json").read_text())["config_hash"]

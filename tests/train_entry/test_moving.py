@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from tests.fakes.cli_args import DIGITS_TINY
 from tests.fakes.in_process import run_in_process
 
-from trainforge.engine.resumable import setup_changes
+from trainforge.engine.checkpointer import setup_changes
 
 # A schedule that does not depend on the total: a run stopped at 6 of 12 steps is then the
 # first half of the 12-step run.

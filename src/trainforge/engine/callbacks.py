@@ -18,23 +18,24 @@ from trainforge.engine import checkpoint as ckpt
 from trainforge.engine import stop
 
 if TYPE_CHECKING:
-    from trainforge.engine.trainer import Trainer
+    from trainforge.engine.loop import Loop
 
 
 class Callback:
-    """Override the events you need; every hook receives the trainer. The loop calls the
+    """Override the events you need; every hook receives the loop's declared view
+    (`engine.loop.Loop`), never the Trainer itself. The loop calls the
     per-step events (`on_step_end`, `on_batch_end`) only on callbacks that override them,
     from a list taken at the start of each epoch (`listeners`)."""
 
-    def on_fit_start(self, trainer: Trainer) -> None: ...
-    def on_epoch_start(self, trainer: Trainer) -> None: ...
-    def on_step_end(self, trainer: Trainer) -> None: ...
-    def on_batch_end(self, trainer: Trainer) -> None: ...
-    def on_epoch_end(self, trainer: Trainer) -> None: ...
-    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
-    def on_fast_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
-    def on_save(self, trainer: Trainer, path: Any) -> None: ...
-    def on_fit_end(self, trainer: Trainer) -> None: ...
+    def on_fit_start(self, loop: Loop) -> None: ...
+    def on_epoch_start(self, loop: Loop) -> None: ...
+    def on_step_end(self, loop: Loop) -> None: ...
+    def on_batch_end(self, loop: Loop) -> None: ...
+    def on_epoch_end(self, loop: Loop) -> None: ...
+    def on_eval_end(self, loop: Loop, metrics: dict[str, float]) -> None: ...
+    def on_fast_eval_end(self, loop: Loop, metrics: dict[str, float]) -> None: ...
+    def on_save(self, loop: Loop, path: Any) -> None: ...
+    def on_fit_end(self, loop: Loop) -> None: ...
 
 
 def overrides(callback: Any, event: str) -> bool:
@@ -81,35 +82,35 @@ class EvalCadence(Callback):
             return False
         return not (self.every_steps and steps_per_epoch * self.every_epochs < self.every_steps)
 
-    def _evaluate(self, trainer: Trainer) -> None:
-        trainer.evaluate()
-        self.last_step = trainer.state.global_step
+    def _evaluate(self, loop: Loop) -> None:
+        loop.evaluate()
+        self.last_step = loop.state.global_step
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        full_due = trainer.step_due(self.every_steps)
-        if not full_due and trainer.step_due(self.fast_steps):
-            _, improved = trainer.evaluate_fast()
+    def on_step_end(self, loop: Loop) -> None:
+        full_due = loop.step_due(self.every_steps)
+        if not full_due and loop.step_due(self.fast_steps):
+            _, improved = loop.evaluate_fast()
             full_due = improved and self.full_on_improvement
         if full_due:
-            self._evaluate(trainer)
+            self._evaluate(loop)
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
-        if not self.by_epoch(trainer.steps_per_epoch):
+    def on_epoch_end(self, loop: Loop) -> None:
+        if not self.by_epoch(loop.steps_per_epoch):
             return
-        epoch = trainer.state.epoch
-        if epoch % self.every_epochs == 0 or trainer.all_steps_done():
-            self._evaluate(trainer)
+        epoch = loop.state.epoch
+        if epoch % self.every_epochs == 0 or loop.all_steps_done():
+            self._evaluate(loop)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         # A finished run ends with its number: one that stops between validations (30 steps
         # of a config that validates every 5 epochs) validates once more, whatever the cadence.
         if not (self.every_steps or self.every_epochs):
             return
-        if trainer.should_stop or getattr(trainer.task, "validates_at_end", False):
+        if loop.should_stop or loop.task.validates_at_end:
             return  # a stopped run validates when it resumes; such a task does it itself
-        step = trainer.state.global_step
-        if step and self.last_step != step and trainer.all_steps_done():
-            self._evaluate(trainer)
+        step = loop.state.global_step
+        if step and self.last_step != step and loop.all_steps_done():
+            self._evaluate(loop)
 
 
 class CheckpointCadence(Callback):
@@ -120,31 +121,31 @@ class CheckpointCadence(Callback):
         self.every_epochs = every_epochs
         self.save_best = save_best
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        if trainer.step_due(self.save_steps):
-            trainer.save_checkpoint(ckpt.step_name(trainer.state.global_step))
+    def on_step_end(self, loop: Loop) -> None:
+        if loop.step_due(self.save_steps):
+            loop.save_checkpoint(ckpt.step_name(loop.state.global_step))
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
-        epoch = trainer.state.epoch
+    def on_epoch_end(self, loop: Loop) -> None:
+        epoch = loop.state.epoch
         if not self.every_epochs or epoch % self.every_epochs:
             return
-        if self.save_steps and trainer.steps_per_epoch * self.every_epochs < self.save_steps:
+        if self.save_steps and loop.steps_per_epoch * self.every_epochs < self.save_steps:
             return  # epochs shorter than save_steps: checkpoints go by step (as validation)
-        trainer.save_checkpoint(ckpt.epoch_name(epoch))
+        loop.save_checkpoint(ckpt.epoch_name(epoch))
 
-    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
-        if self.save_best and trainer.state.improved:
-            trainer.save_checkpoint(ckpt.best_name())
+    def on_eval_end(self, loop: Loop, metrics: dict[str, float]) -> None:
+        if self.save_best and loop.state.improved:
+            loop.save_checkpoint(ckpt.best_name())
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         # Every run that ends leaves a checkpoint of its last step, so extending max_steps
         # or num_train_epochs continues from there and redoes nothing. A signal or the time
         # limit saved one already; a diverged run keeps its last good one.
-        if trainer.interrupted or trainer.diverged or trainer.state.global_step == 0:
+        if loop.outcome.interrupted or loop.outcome.diverged or loop.state.global_step == 0:
             return
-        last = trainer.last_checkpoint_step
-        if last != trainer.state.global_step:
-            trainer.save_checkpoint(ckpt.step_name(trainer.state.global_step), wait=True)
+        last = loop.outcome.last_checkpoint_step
+        if last != loop.state.global_step:
+            loop.save_checkpoint(ckpt.step_name(loop.state.global_step), wait=True)
 
 
 class TimeLimit(Callback):
@@ -154,20 +155,20 @@ class TimeLimit(Callback):
         self.limit_s = max_hours * 3600.0 if max_hours else None
         self.save = save
 
-    def _check(self, trainer: Trainer) -> None:
-        if self.limit_s is None or trainer.should_stop:
+    def _check(self, loop: Loop) -> None:
+        if self.limit_s is None or loop.should_stop:
             return
-        if parallel.agree_any(trainer.elapsed_s() >= self.limit_s):
+        if parallel.agree_any(loop.elapsed_s() >= self.limit_s):
             if self.save:
-                trainer.save_checkpoint(ckpt.time_limit_name())
-            trainer.stop(f"time limit of {self.limit_s / 3600:g} h reached")
+                loop.save_checkpoint(ckpt.time_limit_name())
+            loop.stop(f"time limit of {self.limit_s / 3600:g} h reached")
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        self._check(trainer)
+    def on_step_end(self, loop: Loop) -> None:
+        self._check(loop)
 
-    def on_epoch_start(self, trainer: Trainer) -> None:
+    def on_epoch_start(self, loop: Loop) -> None:
         # Guide: "For each epoch: 1. Check time limit".
-        self._check(trainer)
+        self._check(loop)
 
 
 class GracefulStop(Callback):
@@ -204,7 +205,7 @@ class GracefulStop(Callback):
             return previous
         return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, loop: Loop) -> None:
         stop.clear()
         for name in self.SIGNALS:
             sig = getattr(signal, name, None)
@@ -214,26 +215,24 @@ class GracefulStop(Callback):
                 except ValueError:  # not the main thread (e.g. embedded use)
                     return
 
-    def _stop(self, trainer: Trainer) -> None:
+    def _stop(self, loop: Loop) -> None:
         self.received_at = self.received_at or time.time()  # a rank that heard it from a peer
-        trainer.save_checkpoint(ckpt.interrupted_name(), wait=True)
+        loop.save_checkpoint(ckpt.interrupted_name(), wait=True)
         self.saved_at = time.time()
-        trainer.stop(f"{self.received} received")
-        trainer.interrupted = True
-        trainer.stop_signal = self.received
+        loop.stop(f"{self.received} received", signal=self.received)
 
-    def on_batch_end(self, trainer: Trainer) -> None:
-        if trainer.dist.enabled:
+    def on_batch_end(self, loop: Loop) -> None:
+        if parallel.context().enabled:
             return  # ranks agree at optimizer-step boundaries instead (on_step_end)
-        if self.received and not trainer.should_stop:
-            self._stop(trainer)
+        if self.received and not loop.should_stop:
+            self._stop(loop)
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
+    def on_epoch_end(self, loop: Loop) -> None:
         # A signal during the epoch's validation: stop before the next epoch starts.
-        self.on_batch_end(trainer)
+        self.on_batch_end(loop)
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        if not trainer.dist.enabled or trainer.should_stop:
+    def on_step_end(self, loop: Loop) -> None:
+        if not parallel.context().enabled or loop.should_stop:
             return
         # A signal may reach the ranks at different moments (or only some of them): all stop
         # at the same step and agree on which signal it was, SIGUSR1 (checkpoint and
@@ -242,13 +241,13 @@ class GracefulStop(Callback):
         agreed = parallel.agree_max(received)
         if agreed:
             self.received = self.SIGNALS[agreed - 1]
-            self._stop(trainer)
+            self._stop(loop)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         try:
-            late = self.received and trainer is not None and not trainer.interrupted
-            if late and not trainer.dist.enabled:
-                self._stop(trainer)  # the signal came during the closing validation
+            late = self.received and loop is not None and not loop.outcome.interrupted
+            if late and not parallel.context().enabled:
+                self._stop(loop)  # the signal came during the closing validation
         finally:
             for sig, previous in self._previous.items():
                 signal.signal(sig, previous)
@@ -275,14 +274,14 @@ class LauncherWatch(Callback):
         self.parent_pid = parent_pid
         self.resume = resume
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_step_end(self, loop: Loop) -> None:
         if self.parent_pid is None or os.getppid() == self.parent_pid:
             return
-        if trainer.should_stop:  # a stop already saved its checkpoint: it ends by itself
+        if loop.should_stop:  # a stop already saved its checkpoint: it ends by itself
             return
         line = (
             f"trainforge: the launcher (process {self.parent_pid}) is gone; stopping at step "
-            f"{trainer.state.global_step} without saving. continue the run from its newest "
+            f"{loop.state.global_step} without saving. continue the run from its newest "
             f"checkpoint with `{self.resume}`"
         )
         with contextlib.suppress(OSError):  # the launcher's end of the pipe went with it

@@ -132,6 +132,11 @@ def most_kept(save_total_limit: int | None, periodic_saves: int, save_best: bool
     return periodic + int(save_best) + 2
 
 
+def dcp_folder(folder: Path) -> Path:
+    """The torch.distributed.checkpoint shards of checkpoint `folder` (an FSDP run's)."""
+    return folder / "dcp"
+
+
 def weights_file(folder: Path) -> Path:
     """The model weights of checkpoint `folder` (absent in a sharded one: see `dcp/`)."""
     return folder / WEIGHTS
@@ -651,7 +656,7 @@ def load_checkpoint(
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     check_format(folder, read_meta(folder))
-    sharded = (folder / "dcp").is_dir()
+    sharded = dcp_folder(folder).is_dir()
     model_state = None if sharded else load_file(str(folder / WEIGHTS))
     try:
         state = torch.load(folder / STATE, map_location="cpu", weights_only=True)

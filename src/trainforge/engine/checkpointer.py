@@ -1,16 +1,12 @@
 """The checkpointer: saves and restores a run's state registry through one storage seam.
 
-It owns what goes into a checkpoint and where each part lands; the files themselves are
-written and read by `engine.checkpoint` (atomic folders, manifests, rotation). Nothing
-here names a part: the registry (`engine.stateful`) says which state is the weights, which
-is sharded and which is per process. Two storages implement the seam:
-
-- `PlainStorage` (one process, or DDP): rank 0 copies everything to CPU memory (the loop
-  stalls only for the copy) and writes model.safetensors plus a `weights_only` state.pt on
-  the writer thread; every rank's per-process parts go in with it.
-- `ShardedStorage` (FSDP): every rank writes its shards of the sharded parts with
-  torch.distributed.checkpoint into the temporary folder; rank 0 adds state.pt and
-  commits. Synchronous.
+It owns what goes into a checkpoint and where each part lands, the save, the restore (exact on
+the same setup, moved on another split) and what a fit leaves behind (`leaving`); the files
+themselves are written and read by `engine.checkpoint` (atomic folders, manifests, rotation)
+through a one-way storage (`engine.checkpoint_storage`: plain safetensors + state.pt, or
+torch.distributed.checkpoint shards under FSDP). Nothing here names a part: the registry
+(`engine.stateful`, built from the parts by `engine.resumable`) says which state is the
+weights, which is sharded and which is per process.
 
 Either kind of run reads either kind of checkpoint (`Checkpointer.load`): a plain run
 gathers a sharded checkpoint's parts whole through torch.distributed.checkpoint (which
@@ -30,10 +26,10 @@ followed without its code.
 
 from __future__ import annotations
 
+import contextlib
 import io
-import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +37,14 @@ import torch
 
 from trainforge import parallel
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine.checkpoint_storage import (
+    CheckpointRoot,
+    CheckpointStorage,
+    Payload,
+    PlainStorage,
+    ShardedStorage,
+    misfit,
+)
 from trainforge.engine.stateful import Entry, ShardedPart, StateRegistry, Whole
 from trainforge.errors import UserError
 
@@ -71,7 +75,8 @@ def _upgrade(state: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 class Checkpointer:
     """Saves the registry into `root/<name>` and restores it from a checkpoint folder.
 
-    `describe()` gives what meta.json says about the run at the moment of a save."""
+    `describe()` gives what meta.json says about the run at the moment of a save. The
+    storage only receives what to write (`Payload`) and where; it never calls back."""
 
     def __init__(
         self,
@@ -88,46 +93,94 @@ class Checkpointer:
         self.registry = registry
         self.root = root
         self.describe = describe
-        self.config_yaml = config_yaml
-        self.keep = settings.save_total_limit
         self.dist = parallel.context()
         self.writer = ckpt.CheckpointWriter(
             background=settings.async_save, on_error=settings.on_save_error
         )
-        self.storage: PlainStorage | ShardedStorage = (
-            ShardedStorage() if sharded else PlainStorage(settings.async_save, optimizer)
+        folder = CheckpointRoot(root, config_yaml, settings.save_total_limit)
+        self.storage: CheckpointStorage = (
+            ShardedStorage(folder)
+            if sharded
+            else PlainStorage(folder, settings.async_save, optimizer)
         )
 
     # ------------------------------------------------------------------ save
-    def save(self, name: str, *, wait: bool = False) -> bool:
-        """Save the registry as checkpoint `name`; True when this process reports the save
-        (under DDP only rank 0 writes, and only it reports)."""
-        return self.storage.save(self, name, wait)
+    def save(self, name: str, *, wait: bool = False) -> tuple[Path, bool]:
+        """Save the registry as checkpoint `name`: (its folder, whether this process reports
+        the save; under DDP only rank 0 writes, and only it reports)."""
+        per_rank = self._gather_per_rank()  # a collective: every rank, first
+        shards = self.registry.state_dict(lambda e: e.sharded) if self.storage.sharded else None
+        payload = None
+        if self.dist.is_main:
+            if self.storage.sharded:
+                weights, state = None, self._run_state(per_rank, lambda e: not e.sharded)
+            else:
+                found = self.registry.state_dict(lambda e: e.weights)
+                assert len(found) == 1, "one part holds the weights"
+                weights = next(iter(found.values()))
+                state = self._run_state(per_rank, lambda e: not e.weights)
+            payload = Payload(weights, state, lambda: {"name": name, **self.describe()})
+        folder = self.root / name
+        reported = self.storage.save(folder, payload, shards, writer=self.writer, wait=wait)
+        return folder, reported
 
-    def meta(self, name: str) -> dict[str, Any]:
-        return {"name": name, **self.describe()}
-
-    def gather_per_rank(self) -> list[dict[str, Any]] | None:
+    def _gather_per_rank(self) -> list[dict[str, Any]] | None:
         """Every rank's per-process parts, on rank 0 (None outside torch.distributed)."""
         if not self.dist.enabled:
             return None
         own = self.registry.state_dict(lambda e: e.per_rank)
         return [_from_bytes(b) for b in parallel.gather_objects(_to_bytes(own))]
 
-    def run_state(self, per_rank: list | None, keep: Callable[[Entry], bool]) -> dict[str, Any]:
+    def _run_state(self, per_rank: list | None, keep: Callable[[Entry], bool]) -> dict[str, Any]:
         """state.pt's contents: the parts `keep` picks, per-process ones per rank."""
         state = self.registry.state_dict(lambda e: keep(e) and not (e.per_rank and per_rank))
         return {**state, "world_size": self.dist.world_size, "per_rank": per_rank}
 
-    def commit(self, folder: Path, model_state: Any, state: Any, meta: Any, **kw: Any) -> None:
-        ckpt.save_checkpoint(
-            folder, model_state=model_state, state=state, meta=meta,
-            config_yaml=self.config_yaml, **kw,
-        )  # fmt: skip
-        ckpt.write_run_meta(self.root, meta)
-        ckpt.rotate(self.root, self.keep)
+    @contextlib.contextmanager
+    def leaving(self) -> Iterator[None]:
+        """Around a fit: every checkpoint is on disk when it returns, a save made at its
+        very end (the closing validation's best model) included; when it fails, the write
+        under way is finished first, unless the failure is a second Ctrl+C, which asks to
+        abort at once (`CheckpointWriter.after_failure`: the writer thread is a daemon and
+        nothing else waits for it)."""
+        try:
+            yield
+            self.writer.wait()
+        except BaseException as failure:
+            self.writer.after_failure(failure)
+            raise
 
     # ------------------------------------------------------------------ load
+    def restore(
+        self, folder: Path, setup: Any, state: Any, sampler: Any
+    ) -> tuple[dict[str, Any], tuple[str, list[str]]]:
+        """Restore every registered part from `folder`: (the checkpoint's meta, the resume's
+        guarantee with its reasons).
+
+        On the same setup the run continues exactly where it stopped ("exact"). On another
+        split of the step over processes or micro-batches, the run moves: the parts that hold
+        only for the old split stay fresh and the run restarts the interrupted optimizer
+        step at its first sample, which the invariant sample stream (`data.sampling`) makes
+        the same step ("continued", with the reasons). `setup` is this run's
+        (`resumable.RunSetup`), `state` the loop's counters (`TrainerState`), `sampler` the
+        training loader's batch sampler."""
+        saved = ckpt.read_meta(folder)
+        reasons, moved = setup_changes(saved.get("setup"), setup.now())
+        if moved and not hasattr(sampler, "start_at"):
+            moved, reasons = False, []  # a loader without steps: only the same split resumes
+        meta = self.load(folder, moved=moved)
+        if moved:
+            window = int(saved.get("micro_batch_in_window") or 0)
+            if window:
+                reasons.append(
+                    f"the step under way restarts from its first sample ({window} "
+                    "micro-batch(es) done before)"
+                )
+            step = (state.batch_in_epoch - window) // int(saved["setup"]["accumulation"])
+            sampler.start_at(state.epoch, step)
+            state.batch_in_epoch = sampler.layout.step_start(step)
+        return meta, ("continued" if reasons else "exact", reasons)
+
     def load(self, folder: Path, *, moved: bool = False) -> dict[str, Any]:
         """Restore every registered part from `folder`; returns its meta. `moved`: the run
         continues on another split over processes and micro-batches: layout-bound parts
@@ -158,14 +211,16 @@ class Checkpointer:
             except (KeyError, ValueError, RuntimeError) as err:
                 if not isinstance(saved[entry.name], Whole):
                     raise
-                raise _misfit(folder, err) from None
+                raise misfit(folder, err) from None
         return meta
 
     def _sharded_parts(self, folder: Path, model_state: Any, state: dict) -> dict[str, Any]:
         """{name: state} of the parts this run shards under FSDP (weights, optimizer), read
         the way the checkpoint was written and this run needs them."""
-        if (model_state is None) == isinstance(self.storage, ShardedStorage):
-            return self.storage.load_parts(self, folder, model_state)
+        if model_state is not None and not self.storage.sharded:  # plain into plain
+            return {e.name: model_state for e in self.registry if e.weights}
+        if model_state is None and self.storage.sharded:  # sharded into sharded
+            return self.storage.load(folder, self.registry.state_dict(lambda e: e.sharded))
         if model_state is None:  # a plain run: each sharded part gathered whole
             return _whole_from_dcp(self.registry, folder)
         # An FSDP run: the plain checkpoint's whole tensors; each rank keeps its shard.
@@ -186,93 +241,36 @@ class Checkpointer:
             )
 
 
-class PlainStorage:
-    """model.safetensors + state.pt, written by rank 0 from a CPU copy (see module doc).
-
-    `background`: the write runs on the writer thread while training goes on, so the state is
-    copied first; the weights and optimizer moments (which only `optimizer.step` changes) are
-    copied on a helper thread during the next forward and backward. A synchronous save
-    writes the CPU tensors as they are (nothing trains meanwhile) and copies only device
-    tensors."""
-
-    def __init__(
-        self, background: bool = True, optimizer: torch.optim.Optimizer | None = None
-    ) -> None:
-        self.snapshot = ckpt.Snapshot(copy=background, optimizer=optimizer if background else None)
-
-    def save(self, c: Checkpointer, name: str, wait: bool) -> bool:
-        folder = c.root / name
-        per_rank = c.gather_per_rank()
-        if c.dist.enabled and not c.dist.is_main:
-            if wait:
-                parallel.barrier()
-            return False
-        weights = c.registry.state_dict(lambda e: e.weights)
-        assert len(weights) == 1, "one part holds the weights"
-        model_state, state = self.snapshot.copy(
-            (next(iter(weights.values())), c.run_state(per_rank, lambda e: not e.weights))
-        )
-        meta = c.meta(name)
-
-        def write() -> None:
-            if not ckpt.all_finite(model_state):
-                print(f"checkpoint {name} not written: the model weights hold NaN or Inf")
-                return
-            c.commit(folder, model_state, state, meta)
-
-        c.writer.submit(write)
-        if wait:
-            c.writer.wait()
-            parallel.barrier()
-        return True
-
-    def load_parts(self, c: Checkpointer, folder: Path, model_state: Any) -> dict[str, Any]:
-        return {e.name: model_state for e in c.registry if e.weights}
+# What each difference of setup changes, in the resume line's words.
+_SETUP_REASONS = {
+    "world_size": ("world size", "sums reduce in another order"),
+    "micro_batch": ("micro-batch", "sums accumulate in another order"),
+    "accumulation": ("accumulation", "sums accumulate in another order"),
+    "workers": ("loader workers", "the loader restarts at the step"),
+    "device": ("device", "other kernels round differently"),
+    "precision": ("precision", "other rounding"),
+    "threads": ("CPU threads", "sums reduce in another order"),
+    "sharding": (
+        "sharding",
+        "the state moves between shards and whole tensors through "
+        "torch.distributed.checkpoint, sums reduce in another order",
+    ),
+}
+# Keys whose change splits a step differently: the loader position cannot carry over.
+_LAYOUT = ("world_size", "micro_batch", "accumulation", "workers")
 
 
-class ShardedStorage:
-    """FSDP: sharded parts through torch.distributed.checkpoint (`dcp/`), the rest in
-    state.pt from rank 0 (see module doc)."""
-
-    def save(self, c: Checkpointer, name: str, wait: bool) -> bool:
-        import torch.distributed.checkpoint as dcp
-
-        folder = c.root / name
-        tmp = c.root / f".tmp-{name}-sharded"
-        if c.dist.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        parallel.barrier()
-        dcp.save(c.registry.state_dict(lambda e: e.sharded), checkpoint_id=str(tmp / "dcp"))
-        per_rank = c.gather_per_rank()
-        if c.dist.is_main:
-            state = c.run_state(per_rank, lambda e: not e.sharded)
-            c.commit(folder, None, state, c.meta(name), tmp=tmp)
-        parallel.barrier()
-        return True
-
-    def load_parts(self, c: Checkpointer, folder: Path, model_state: Any) -> dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
-
-        parts = c.registry.state_dict(lambda e: e.sharded)
-        try:
-            dcp.load(parts, checkpoint_id=folder / "dcp")
-        except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
-            raise _misfit(folder, err) from None
-        return parts
-
-
-def _misfit(folder: Path, err: BaseException) -> UserError:
-    from torch.distributed.checkpoint import CheckpointException
-
-    lines = str(err).strip().splitlines() or [type(err).__name__]
-    # torch.distributed.checkpoint wraps each rank's error with its traceback: the cause
-    # is that traceback's last line.
-    reason = lines[-1] if isinstance(err, CheckpointException) else lines[0]
-    return UserError(
-        f"checkpoint {folder} does not fit this model: {reason}",
-        "resume with the model settings the checkpoint was trained with",
-    )
+def setup_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> tuple[list[str], bool]:
+    """(reasons a resume from a checkpoint of setup `saved` is not bitwise, whether the run
+    moves to another split). A checkpoint without a setup (earlier versions) resumes as
+    before: the same process count, anything else as it was."""
+    if not saved:
+        return [], False
+    reasons = []
+    for key, (name, why) in _SETUP_REASONS.items():
+        if key in saved and saved[key] != now[key]:
+            reasons.append(f"{name} {saved[key]} -> {now[key]}: {why}")
+    return reasons, any(key in saved and saved[key] != now[key] for key in _LAYOUT)
 
 
 def _whole_from_dcp(registry: StateRegistry, folder: Path) -> dict[str, Any]:
@@ -291,9 +289,9 @@ def _whole_from_dcp(registry: StateRegistry, folder: Path) -> dict[str, Any]:
         with warnings.catch_warnings():
             # One process reads without a process group, as meant; torch warns that it does.
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-            dcp.load(parts, checkpoint_id=folder / "dcp")
+            dcp.load(parts, checkpoint_id=ckpt.dcp_folder(folder))
     except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
-        raise _misfit(folder, err) from None
+        raise misfit(folder, err) from None
     return {
         e.name: parts[e.name] if e.weights else Whole(parts[e.name]) for e in registry if e.sharded
     }

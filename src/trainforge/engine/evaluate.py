@@ -12,8 +12,9 @@ stay on the device until the end of the pass: one read per pass.
 and the fast pass over its fixed subset, summed over ranks, the time paused out of the
 throughput meter.
 
-`evaluate_full` and `evaluate_fast` are the trainer's `evaluate` and `evaluate_fast`: the
-pass, the best tracker's update and the event.
+A pass returns its metrics; the loop (`Trainer.evaluate`, `Trainer.evaluate_fast`) updates
+the best tracker with them and emits the event, as torchtitan's `validate(model_parts,
+step)` returns to its trainer.
 
 `BestTracker` owns the best values of a run (`state.BestValues`, checkpointed as the part
 "best"): the best full-validation value with its step and epoch, and the best
@@ -28,16 +29,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainforge.engine import stop
 from trainforge.engine.state import BestValues
-
-if TYPE_CHECKING:
-    from trainforge.engine.trainer import Trainer
 
 
 @torch.no_grad()
@@ -111,6 +109,20 @@ class Validation:
             self._fast_loader = fixed_subset_loader(self.task.val_loader, self.fast_fraction)
         return self._fast_loader
 
+    def full(self) -> dict[str, float]:
+        """The metrics over the validation loader; {} when a stop request ended the pass."""
+        try:
+            return self.run(self.task.val_loader)
+        except stop.StopRequested:
+            return {}
+
+    def fast(self) -> dict[str, float]:
+        """The metrics over the fixed subset; {} when a stop request ended the pass."""
+        try:
+            return self.run(self.fast_loader)
+        except stop.StopRequested:
+            return {}
+
     def run(self, loader: Any) -> dict[str, float]:
         """The task's metrics over `loader` (a stop request ends it with StopRequested
         unless the run is distributed: every rank must finish the pass's collectives)."""
@@ -162,28 +174,3 @@ class BestTracker:
         if improved:
             self.best.best_fast = value
         return improved
-
-
-def evaluate_full(trainer: Trainer) -> dict[str, float]:
-    """Full validation; tracks the best metric and emits `on_eval_end`. A stop request
-    during the pass leaves it ({} and no event): the graceful stop saves the step."""
-    try:
-        metrics = trainer.validation.run(trainer.task.val_loader)
-    except stop.StopRequested:
-        return {}
-    trainer.best.full(metrics, trainer.state.global_step, trainer.state.epoch)
-    trainer.last_val = metrics
-    trainer.emit("on_eval_end", metrics)
-    return metrics
-
-
-def evaluate_fast(trainer: Trainer) -> tuple[dict[str, float], bool]:
-    """Validation on a fixed subset (the same samples every time); (metrics, improved).
-    Emits `on_fast_eval_end`; the best checkpoint is decided by full validation only."""
-    try:
-        metrics = trainer.validation.run(trainer.validation.fast_loader)
-    except stop.StopRequested:
-        return {}, False
-    improved = trainer.best.fast(metrics)
-    trainer.emit("on_fast_eval_end", metrics)
-    return metrics, improved

@@ -23,14 +23,11 @@ guard covers fp32/bf16 runs and the divergence stop.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from trainforge.engine.state import NonFiniteCounts
-
-if TYPE_CHECKING:
-    from trainforge.engine.trainer import Trainer
 
 
 class NonFiniteGuard:
@@ -130,7 +127,8 @@ class NonFiniteGuard:
 
     def settle(self, global_step: int) -> tuple[int, int]:
         """Device mode: read the skips counted since the last call (one read); returns
-        (skipped steps, their loss weight) for the caller to take back out."""
+        (skipped steps, their loss weight), which the loop takes back out of its step
+        counter, schedule and meter (`Trainer.settle_skips`)."""
         if self._skipped_dev is None or self._consecutive_dev is None:
             return 0, 0
         counts = torch.cat([self._skipped_dev, self._consecutive_dev.reshape(1).double()])
@@ -146,27 +144,3 @@ class NonFiniteGuard:
                 f"{c.nonfinite_steps} in total)"
             )
         return skipped, skipped_weight
-
-
-def settle_skips(trainer: Trainer) -> None:
-    """Device-side finite check: read the skips counted since the last call (one read, at
-    a logging point, a checkpoint, a due cadence step or the end), take them back out of
-    the trainer's step counter and schedule, and stop a run that keeps diverging."""
-    from trainforge.engine.schedule import rewind
-
-    skipped, weight = trainer.guard.settle(trainer.state.global_step)
-    if not skipped:
-        return
-    # The kernel left parameters, moments and its step counters untouched; the counter
-    # and the schedule went on, so they go back: from here on the run equals one that
-    # never saw the bad steps (fused AdamW's own step counters were never advanced).
-    trainer.state.global_step -= skipped
-    rewind(trainer.scheduler, skipped)
-    trainer.meter.give_back(skipped, weight)
-    stop_if_diverged(trainer)
-
-
-def stop_if_diverged(trainer: Trainer) -> None:
-    if trainer.guard.diverged():
-        trainer.diverged = True
-        trainer.stop(trainer.guard.reason)

@@ -85,11 +85,16 @@ class TrainMeter:
     Each step's loss tensor is kept as it is (its weighted sum, or its mean with the weight
     as multiplier) and the losses are combined once, at the logging point: no tensor
     arithmetic per step, and the interval's total is summed in float64 on the host.
-    `clock` (seconds) is the trainer's, which also times data waits and pauses.
+    `clock` (seconds) is the trainer's, which also times data waits and pauses; the peaks
+    (FLOP/s: the table's or configured one, the measured one) are what MFU is against.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.perf_counter, peak_flops: float | None = None,
+        measured_peak_flops: float | None = None,
+    ) -> None:  # fmt: skip
         self.clock = clock
+        self.peak_flops, self.measured_peak_flops = peak_flops, measured_peak_flops
         self.reset()
 
     def reset(self) -> None:
@@ -132,14 +137,13 @@ class TrainMeter:
         *,
         lr: float,
         flops_per_sample: float | None,
-        peak_flops: float | None,
         grad_norm: torch.Tensor | None,
-        measured_peak_flops: float | None = None,
     ) -> dict[str, float]:
         """The interval's metrics over every rank (one reduction); starts a new interval.
 
         `mfu` is against the data sheet's (or configured) peak, else the measured one;
         `mfu_measured` is against the measured peak whenever there is one."""
+        peak_flops, measured_peak_flops = self.peak_flops, self.measured_peak_flops
         wall_s = max(self.clock() - self.started - self.paused_s, 1e-9)
         if self.weight == 0:
             self.reset()

@@ -1,15 +1,11 @@
 """The training loop: one loop for every task.
 
-`Trainer` trains: `fit`, the epoch loop, forward/backward and the optimizer step, with
-gradient accumulation and precision. It emits events; everything else (evaluation and
-checkpoint cadence, time limit, signals, logging, progress) is a callback. Its parts are
-small classes that own their state: model preparation (`engine.prepare`), the non-finite
-guard and the settling of its device-side skips (`engine.guard`), the training meters
-(`engine.meters`), the validation passes and the best tracker (`engine.evaluate`), the
-schedule (`engine.schedule`). Every part with state is registered once in the state
-registry (`engine.stateful`), which the checkpointer (`engine.checkpointer`) saves and
-restores; the registration, the checkpoint meta, the save and the restore are
-`engine.resumable`'s, the FLOP count's start `engine.meters'`.
+`Trainer` trains: `fit`, the epoch loop, forward/backward and the optimizer step. It emits
+events; evaluation and checkpoint cadence, time limit, signals, logging and progress are
+callbacks, which see the loop's declared view (`engine.loop.Loop`). Its parts are built from
+the config and each other (`engine.parts`), never handed the Trainer: the guard returns its
+device-side skips, validation its metrics, the checkpointer its save, and the loop applies
+them (rewinds the step counter, tracks the best, emits the events).
 
 Gradient accumulation weights each micro-batch's mean loss by its item count and divides
 the summed gradients by the window's total, so a window of any shape (including a short
@@ -18,7 +14,6 @@ last window) gives the same update as one batch holding the same samples.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -27,19 +22,15 @@ import torch
 
 from trainforge import parallel
 from trainforge.config.schema import RunConfig
-from trainforge.engine import resumable, stop
+from trainforge.data.loaders import park_workers
+from trainforge.engine import stop
 from trainforge.engine.callbacks import Callback, listeners
-from trainforge.engine.checkpointer import Checkpointer
-from trainforge.engine.evaluate import BestTracker, Validation, evaluate_fast, evaluate_full
 from trainforge.engine.gradients import finish_gradients, folds_clipping
-from trainforge.engine.guard import NonFiniteGuard, settle_skips, stop_if_diverged
-from trainforge.engine.meters import NO_COUNT, AccumulationSums, TrainMeter, as_flops, flop_counter
-from trainforge.engine.optimizers import build_optimizer
-from trainforge.engine.precision import PrecisionPlan
-from trainforge.engine.prepare import prepare_model
-from trainforge.engine.schedule import build_run_schedule
-from trainforge.engine.state import FitResult, TrainerState, plan_steps
-from trainforge.engine.stateful import ModelState
+from trainforge.engine.loop import Outcome
+from trainforge.engine.meters import NO_COUNT, TrainMeter, as_flops, flop_counter
+from trainforge.engine.parts import build_parts
+from trainforge.engine.schedule import rewind
+from trainforge.engine.state import FitResult
 from trainforge.engine.task import Task
 
 
@@ -60,52 +51,30 @@ class Trainer:
         self.task, self.config, self.run_dir, self.device = task, config, run_dir, device
         self.callbacks, self.config_hash = callbacks, config_hash
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        t = config.training
-        self.accumulation = t.gradient_accumulation_steps
+        self.accumulation = config.training.gradient_accumulation_steps
         self.dist = parallel.context()
         # One micro-batch per optimizer step on one process: gradients of the mean loss are
         # already the step's gradients; otherwise micro-batches are weighted by item count.
         self._mean_backward = self.accumulation == 1 and not self.dist.enabled
-        self.prepared = prepare_model(task.model, config, device)
-        self.model, self.forward_model = self.prepared.model, self.prepared.forward
-        self.sharded = self.prepared.sharded
-        self.precision = PrecisionPlan.create(t.precision, device)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.model, config.optimizer, device, sharded=self.sharded)
-        self.steps_per_epoch, self.total_steps = plan_steps(t, len(task.train_loader))
-        self.scheduler, self.schedule_note = build_run_schedule(
-            self.optimizer, config, self.steps_per_epoch, self.total_steps
-        )
-        self.state = TrainerState()
-        self.guard = NonFiniteGuard.for_run(self.state.nonfinite, t, device, self.optimizer)
-        e = config.evaluation
-        self.best = BestTracker(self.state.best, e.metric_for_best_model, e.greater_is_better)
-        self.meter = TrainMeter(lambda: time.perf_counter())  # this module's clock: one for all
-        self.accumulation_sums = AccumulationSums(self.params, device)
-        self.checkpointer = Checkpointer(
-            resumable.state_registry(self), root=run_dir / "checkpoints", sharded=self.sharded,
-            describe=lambda: resumable.checkpoint_meta(self), config_yaml=config_yaml,
-            settings=config.checkpoint, optimizer=self.optimizer,
-        )  # fmt: skip
+        # This module's clock times the whole loop; MFU is against the table's (or configured)
+        # peak and the measured one (hardware.peak_probe).
+        peaks = as_flops(peak_tflops), as_flops(measured_peak_tflops)
+        self.meter = TrainMeter(lambda: time.perf_counter(), *peaks)
+        p = build_parts(task, config, self.meter, run_dir, device, config_yaml, config_hash)
+        self.prepared, self.precision, self.params = p.prepared, p.precision, p.params
+        self.model, self.forward_model = p.prepared.model, p.prepared.forward
+        self.sharded, self.optimizer, self.scheduler = p.prepared.sharded, p.optimizer, p.scheduler
+        self.steps_per_epoch, self.total_steps = p.steps_per_epoch, p.total_steps
+        self.schedule_note, self.state, self.guard, self.best = p.schedule_note, *p.counted
+        self.accumulation_sums, self.setup = p.accumulation_sums, p.setup
+        self.checkpointer, self.validation = p.checkpointer, p.validation
         self.last_grad_norm: torch.Tensor | None = None
         self.last_step_loss: torch.Tensor | None = None
-        self.last_checkpoint: Path | None = None
-        self.last_checkpoint_step: int | None = None
         self.last_val: dict[str, float] = {}
-        self.validation = Validation(
-            task, self.prepared, device=device, precision=self.precision,
-            distributed=self.dist.enabled, meter=self.meter,
-            fast_fraction=config.evaluation.fast_eval_fraction,
-        )  # fmt: skip
-        # MFU: the table's (or configured) peak and the measured one (hardware.peak_probe).
-        self.peak_flops = as_flops(peak_tflops)
-        self.measured_peak_flops = as_flops(measured_peak_tflops)
-        self.should_stop, self.stop_reason, self.stop_signal = False, "finished", None
-        self.interrupted = self.diverged = False
+        self.should_stop, self.outcome = False, Outcome()  # should_stop: read per micro-batch
         self._clock_start = time.monotonic()
         self.resume_guarantee: tuple[str, list[str]] | None = None  # set by load_checkpoint
 
-    # ----------------------------------------------------------------- set-up
     def emit(self, event: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, event)(self, *args)
@@ -116,16 +85,22 @@ class Trainer:
     def restart_clock(self) -> None:
         self._clock_start = time.monotonic()
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str, *, signal: str | None = None) -> None:
         self.should_stop = True
-        self.stop_reason = reason
+        self.outcome.reason = reason
+        if signal is not None:
+            self.outcome.signal, self.outcome.interrupted = signal, True
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        return self.outcome.last_checkpoint
 
     def all_steps_done(self) -> bool:
         """All optimizer steps taken. Device-side skips are settled first (one read, at the
         end only): they give their steps back, and the run trains on to the real total."""
         if self.state.global_step < self.total_steps:
             return False
-        settle_skips(self)
+        self.settle_skips()
         return self.state.global_step >= self.total_steps
 
     def step_due(self, every: int | None) -> bool:
@@ -134,20 +109,37 @@ class Trainer:
         checkpoint or evaluation it triggers reads from the device anyway."""
         if not every or self.state.global_step % every:
             return False
-        settle_skips(self)
+        self.settle_skips()
         return self.state.global_step % every == 0
 
-    @property
-    def num_epochs(self) -> int:
-        return math.ceil(self.total_steps / self.steps_per_epoch)
+    def settle_skips(self) -> None:
+        """The guard's device-side skips since the last read (`NonFiniteGuard.settle`) go
+        back out of the step counter, schedule and meter (the kernel left the weights alone),
+        so the run equals one that never saw them; a run that keeps diverging stops."""
+        skipped, weight = self.guard.settle(self.state.global_step)
+        if not skipped:
+            return
+        self.state.global_step -= skipped
+        rewind(self.scheduler, skipped)
+        self.meter.give_back(skipped, weight)
+        self._stop_if_diverged()
+
+    def _stop_if_diverged(self) -> None:
+        if self.guard.diverged():
+            self.outcome.diverged = True
+            self.stop(self.guard.reason)
 
     def current_lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 
-    # ------------------------------------------------------------------ loop
     def fit(self) -> FitResult:
-        with resumable.leaving(self):
-            return self._fit()
+        """Train to the end or a stop; every checkpoint is on disk when it returns, and the
+        loaders' workers end with it (the garbage collector would join them, 5 s each)."""
+        try:
+            with self.checkpointer.leaving():
+                return self._fit()
+        finally:
+            park_workers(self.task.train_loader, self.task.val_loader)
 
     def _fit(self) -> FitResult:
         self.restart_clock()
@@ -170,12 +162,13 @@ class Trainer:
                 self.state.batch_in_epoch = 0
                 self.emit("on_epoch_end")
         self.checkpointer.writer.wait()  # the loop's saves, before on_fit_end (its own: leaving)
-        settle_skips(self)
+        self.settle_skips()
         parallel.barrier()
         self.state.train_time_s = self.elapsed_s()
         self.restart_clock()
         self.emit("on_fit_end")
-        return FitResult(self.state, dict(self.last_val), self.stop_reason, self.interrupted)
+        o = self.outcome
+        return FitResult(self.state, dict(self.last_val), o.reason, o.interrupted)
 
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or training stops inside it (False).
@@ -295,7 +288,7 @@ class Trainer:
                 scaler.update()
             self.guard.skipped_on_host(self.state.global_step + 1)
             self.meter.skipped += 1
-            stop_if_diverged(self)
+            self._stop_if_diverged()
         self.optimizer.zero_grad(set_to_none=True)
         sums.reset()
         return finite
@@ -303,28 +296,48 @@ class Trainer:
     def pop_train_metrics(self) -> dict[str, float]:
         """Synchronise once, turn the logging interval into metrics, start a new one."""
         self.sync()
-        settle_skips(self)
-        return self.meter.report(
-            self.task, lr=self.current_lr(), flops_per_sample=self.state.flops_per_sample,
-            peak_flops=self.peak_flops, measured_peak_flops=self.measured_peak_flops,
-            grad_norm=self.last_grad_norm,
-        )  # fmt: skip
+        self.settle_skips()
+        lr, flops, norm = self.current_lr(), self.state.flops_per_sample, self.last_grad_norm
+        return self.meter.report(self.task, lr=lr, flops_per_sample=flops, grad_norm=norm)
 
-    # ------------------------------------------------------------ evaluation
-    evaluate = evaluate_full  # engine.evaluate: full validation, emits on_eval_end
-    evaluate_fast = evaluate_fast  # validation on the fixed subset, emits on_fast_eval_end
+    def evaluate(self) -> dict[str, float]:
+        """Full validation; the loop tracks the best value and emits `on_eval_end` ({} and
+        no event when a stop request cut the pass short: the graceful stop saves the step)."""
+        metrics = self.validation.full()
+        if metrics:
+            self.best.full(metrics, self.state.global_step, self.state.epoch)
+            self.last_val = metrics
+            self.emit("on_eval_end", metrics)
+        return metrics
 
-    # ----------------------------------------------------------- checkpoints
+    def evaluate_fast(self) -> tuple[dict[str, float], bool]:
+        """Validation on the fixed subset: (metrics, improved); emits `on_fast_eval_end`."""
+        metrics = self.validation.fast()
+        improved = bool(metrics) and self.best.fast(metrics)
+        if metrics:
+            self.emit("on_fast_eval_end", metrics)
+        return metrics, improved
+
     def save_checkpoint(self, name: str, *, wait: bool = False) -> Path:
-        """Save every registered part as checkpoint `name` (`engine.resumable.save`)."""
-        return resumable.save(self, name, wait=wait)
-
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights on CPU (gathered from the shards under FSDP; a
-        collective then: every rank calls it, rank 0 gets the tensors)."""
-        return ModelState(self.model, self.sharded).full_state_dict()
+        """Save every part as checkpoint `name` (`Checkpointer.save`); the loop stalls only
+        for the copy to CPU memory, which is paused out of the throughput meter."""
+        paused_from = self.meter.clock()  # this module's clock, which times the whole loop
+        self.settle_skips()  # the skip counters go into the checkpoint
+        self.outcome.last_checkpoint_step = self.state.global_step  # every rank, every save
+        self.checkpointer.writer.wait()  # the copy buffers are free again
+        self.state.train_time_s = self.elapsed_s()
+        self.restart_clock()
+        folder, reported = self.checkpointer.save(name, wait=wait)
+        self.outcome.last_checkpoint = folder
+        if reported:
+            self.meter.paused_s += self.meter.clock() - paused_from
+            self.emit("on_save", folder)
+        return folder
 
     def load_checkpoint(self, folder: Path) -> dict[str, Any]:
-        """Restore every registered part from `folder`; returns the checkpoint's meta
-        (`engine.resumable.restore`: exact on the same setup, moved on another split)."""
-        return resumable.restore(self, folder)
+        """Restore every part from `folder` (`Checkpointer.restore`); the checkpoint's meta."""
+        sampler = self.task.train_loader.batch_sampler
+        meta, self.resume_guarantee = self.checkpointer.restore(
+            folder, self.setup, self.state, sampler
+        )
+        return meta

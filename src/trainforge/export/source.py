@@ -1,17 +1,18 @@
 """What `trainforge export` reads: a run folder or one checkpoint, checked before any work.
 
-A run folder means its final `model.safetensors` (what `trainforge train` printed as the final
-model), else its `best_model` checkpoint, else its newest checkpoint. A checkpoint folder is
-verified against its manifest (`engine.checkpoint.verify`) and only its safetensors weights are
-read, so loading never runs code from a file. The task kind is checked against the kinds that
-export supports before the config is validated.
+Which weights a run folder or checkpoint folder means is `run.weights.run_weights`'s answer
+(the one evaluate and `model.init_from` use too: final model, else verified best, else newest),
+said in its one line. A checkpoint folder is verified against its manifest
+(`engine.checkpoint.verify`) and only its safetensors weights are read, so loading never runs
+code from a file. The task kind is checked against the kinds that export supports before the
+config is validated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -19,13 +20,16 @@ from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from trainforge.config.schema import RunConfig
+from trainforge.config.schema import RunConfig, TaskConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
 from trainforge.export.plugins import load_plugins, run_of
 from trainforge.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from trainforge.run.weights import RunWeights
 
 
 @dataclass
@@ -45,28 +49,26 @@ class Source:
 
 
 def resolve_source(path: Path) -> Source:
-    """Find, verify and read the weights and config behind `path`."""
+    """Find, verify and read the weights and config behind `path` (a run folder or a
+    checkpoint folder: `run.weights.run_weights` chooses)."""
+    from trainforge.run import weights
+
     check_source_exists(path)
     if not path.is_dir():
         raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)
-    if (path / ckpt.MANIFEST).is_file():
-        return _from_checkpoint(path, run_of(path))
-    run = RunFolder(path)
-    if run.resolved_config.is_file():
-        if run.model.is_file():
-            return _read(path, path, run.model, run.resolved_config)
-        root = run.checkpoints
-        best = root / ckpt.best_name()
-        if best.is_dir() and ckpt.verify(best) is None:
-            return _from_checkpoint(best, path)
-        newest = ckpt.latest(root)
-        if newest is not None:
-            return _from_checkpoint(newest.path, path)
-        raise UserError(
-            f"run folder {path} has no {run.model.name} and no usable checkpoint",
-            "train it first (trainforge train CONFIG) or pass a checkpoint folder",
-        )
-    raise UserError(f"{path} is neither a run folder nor a checkpoint", HOW)
+    found = weights.run_weights(path)
+    if found is None:
+        raise UserError(f"{path} is neither a run folder nor a checkpoint", HOW)
+    return read_source(found)
+
+
+def read_source(found: RunWeights) -> Source:
+    """Verify and read the chosen weights with the config they were trained with; prints
+    the choice in `RunWeights.line`'s words."""
+    print(found.line())
+    if found.checkpoint:
+        return _from_checkpoint(found.folder, found.run_dir or run_of(found.folder))
+    return _read(found.given, found.folder, found.file, RunFolder(found.folder).resolved_config)
 
 
 def load_weights(
@@ -99,7 +101,8 @@ def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
 def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:
     text = config_file.read_text(encoding="utf-8") if config_file.is_file() else ""
     raw = _parse(text, config_file)
-    kind = (raw.get("task") or {}).get("kind", "image-classification")
+    default = TaskConfig.model_fields["kind"].default  # a config that names no task
+    kind = (raw.get("task") or {}).get("kind", default)
     from trainforge.export.kinds import kind_class
 
     kind_class(str(kind), source=str(given))  # a wrong task fails before the config check

@@ -32,7 +32,7 @@ from trainforge.engine.callbacks import Callback
 
 if TYPE_CHECKING:
     from trainforge.config.schema import LoggingConfig
-    from trainforge.engine.trainer import Trainer
+    from trainforge.engine.loop import Loop
 
 NUM_TOP_OPERATORS = 12
 KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
@@ -53,38 +53,38 @@ class ProfilerWindow(Callback):
         self.trace: Path | None = None
         self.table: str | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
-        first = trainer.state.global_step
+    def on_fit_start(self, loop: Loop) -> None:
+        first = loop.state.global_step
         self._start_step = first + self.wait_steps
         self._stop_step = self._start_step + self.num_steps
         if self.wait_steps == 0:
-            self._start(trainer)
+            self._start(loop)
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        step = trainer.state.global_step
+    def on_step_end(self, loop: Loop) -> None:
+        step = loop.state.global_step
         if self._profiler is None:
             if self.trace is None and step == self._start_step:
-                self._start(trainer)
+                self._start(loop)
             return
         self._profiler.step()
         if step >= (self._stop_step or 0):
-            self._finish(trainer)
+            self._finish(loop)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         if self._profiler is not None:  # the run ended inside the window
-            self._finish(trainer)
+            self._finish(loop)
 
-    def _start(self, trainer: Trainer) -> None:
+    def _start(self, loop: Loop) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         os.environ.setdefault(KINETO_LOG_ENV, KINETO_QUIET)
         activities = [ProfilerActivity.CPU]
-        if getattr(trainer.device, "type", "cpu") == "cuda":
+        if _on_cuda(loop):
             activities.append(ProfilerActivity.CUDA)
         self._profiler = profile(activities=activities, record_shapes=True)
         self._profiler.start()
 
-    def _finish(self, trainer: Trainer) -> None:
+    def _finish(self, loop: Loop) -> None:
         from torch.profiler import tensorboard_trace_handler
 
         profiler, self._profiler = self._profiler, None
@@ -94,10 +94,10 @@ class ProfilerWindow(Callback):
         tensorboard_trace_handler(str(self.out_dir), worker_name="trainforge")(profiler)
         written = sorted(set(self.out_dir.glob("*.pt.trace.json")) - before)
         self.trace = written[-1] if written else self.out_dir
-        cuda = getattr(trainer.device, "type", "cpu") == "cuda"
+        cuda = _on_cuda(loop)
         sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
         self.table = profiler.key_averages().table(sort_by=sort_by, row_limit=NUM_TOP_OPERATORS)
-        steps = trainer.state.global_step - (self._start_step or 0)
+        steps = loop.state.global_step - (self._start_step or 0)
         print(
             f"profiler: {steps} steps after step {self._start_step}, top operators by "
             f"{sort_by.replace('_', ' ')}:\n{self.table}"
@@ -114,3 +114,9 @@ def profiler_callbacks(logging: LoggingConfig, run_dir: Path) -> list[Callback]:
     from trainforge.runfolder import RunFolder
 
     return [ProfilerWindow(steps, wait, RunFolder(Path(run_dir)).profiler)]
+
+
+def _on_cuda(loop: Loop) -> bool:
+    """Whether the run's model is on a CUDA device (its first parameter's device)."""
+    first = next(iter(loop.task.model.parameters()), None)
+    return first is not None and first.device.type == "cuda"

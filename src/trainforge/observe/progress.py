@@ -17,6 +17,7 @@ already the CLI's console library.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -25,10 +26,11 @@ from typing import TYPE_CHECKING, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from trainforge import parallel
 from trainforge.engine.callbacks import Callback
 
 if TYPE_CHECKING:
-    from trainforge.engine.trainer import Trainer
+    from trainforge.engine.loop import Loop
 
 # Metric key -> (label, format); shares are printed as percentages.
 _SHOWN = (
@@ -84,16 +86,17 @@ class ProgressDisplay(Callback):
         self._last: tuple[float, int] = (0.0, 0)  # (time, step) of the previous line
         self._batch = 0
 
-    def on_fit_start(self, trainer: Trainer) -> None:
-        now, step = self.clock(), trainer.state.global_step
+    def on_fit_start(self, loop: Loop) -> None:
+        now, step = self.clock(), loop.state.global_step
         self._start = self._last = (now, step)
-        config = trainer.config
+        config = loop.config
         if self.interval_s is None:
             self.interval_s = getattr(config.logging, "progress_interval_s", 30.0)
         batch = config.training.per_device_train_batch_size
         if isinstance(batch, int):  # the step's samples: the plan's effective batch
             total = config.training.global_batch_size
-            self._batch = total or batch * trainer.accumulation * trainer.dist.world_size
+            accumulation = config.training.gradient_accumulation_steps
+            self._batch = total or batch * accumulation * parallel.context().world_size
         if not self.live:
             return
         self.progress = Progress(
@@ -109,11 +112,11 @@ class ProgressDisplay(Callback):
         )
         self.progress.start()
         self.task_id = self.progress.add_task(
-            "train", total=trainer.total_steps, completed=step, epoch=trainer.state.epoch + 1,
+            "train", total=loop.total_steps, completed=step, epoch=loop.state.epoch + 1,
             stats="",
         )  # fmt: skip
 
-    def on_metrics(self, trainer: Trainer, split: str, metrics: dict[str, float]) -> None:
+    def on_metrics(self, loop: Loop, split: str, metrics: dict[str, float]) -> None:
         if split == "train":
             self.train, self._train_fresh = dict(metrics), True
         elif split == "val":
@@ -121,42 +124,43 @@ class ProgressDisplay(Callback):
         # fast validation and telemetry go to the loggers only
         if self.progress is not None and split in ("train", "val"):
             stats = "  ".join(
-                s for s in (format_metrics(self.train), self._lr(trainer),
+                s for s in (format_metrics(self.train), self._lr(loop),
                             format_metrics(self.val, "val ")) if s
             )  # fmt: skip
             self.progress.update(self.task_id, stats=stats)
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_step_end(self, loop: Loop) -> None:
         if self.progress is not None:
-            self.progress.update(self.task_id, completed=trainer.state.global_step)
+            self.progress.update(self.task_id, completed=loop.state.global_step)
             if self._val_fresh:
-                self._print(self.line(trainer, trainer.state.epoch + 1))
+                self._print(self.line(loop, loop.state.epoch + 1))
             return
         due = self.clock() - self._last[0] >= (self.interval_s or 0.0)
         if due or self._train_fresh or self._val_fresh:
-            self._print(self.line(trainer, trainer.state.epoch + 1))
+            self._print(self.line(loop, loop.state.epoch + 1))
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
+    def on_epoch_end(self, loop: Loop) -> None:
         if self.progress is not None:
-            self.progress.update(self.task_id, epoch=trainer.state.epoch + 1)
-        if self._last[1] != trainer.state.global_step or self._val_fresh or self._train_fresh:
-            self._print(self.line(trainer, trainer.state.epoch))
+            self.progress.update(self.task_id, epoch=loop.state.epoch + 1)
+        if self._last[1] != loop.state.global_step or self._val_fresh or self._train_fresh:
+            self._print(self.line(loop, loop.state.epoch))
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         if self._train_fresh or self._val_fresh:
-            self._print(self.line(trainer, trainer.state.epoch + 1))
+            self._print(self.line(loop, loop.state.epoch + 1))
         if self.progress is not None:
             self.progress.stop()
 
-    def _lr(self, trainer: Trainer) -> str:
-        return f"lr {trainer.current_lr():.2e}"
+    def _lr(self, loop: Loop) -> str:
+        return f"lr {loop.current_lr():.2e}"
 
-    def line(self, trainer: Trainer, epoch: int) -> str:
+    def line(self, loop: Loop, epoch: int) -> str:
         """One progress line; consumes the freshness of the train and validation figures."""
-        now, step = self.clock(), trainer.state.global_step
-        total, train = trainer.total_steps, self.train if self._train_fresh else {}
-        parts = [f"epoch {min(epoch, trainer.num_epochs)}/{trainer.num_epochs}",
-                 f"step {step}/{total}", format_metrics(self.train), self._lr(trainer)]  # fmt: skip
+        now, step = self.clock(), loop.state.global_step
+        total, train = loop.total_steps, self.train if self._train_fresh else {}
+        epochs = math.ceil(total / loop.steps_per_epoch)
+        parts = [f"epoch {min(epoch, epochs)}/{epochs}",
+                 f"step {step}/{total}", format_metrics(self.train), self._lr(loop)]  # fmt: skip
         steps_per_s = self._steps_per_s(train, now, step)
         samples_per_s = train.get("samples_per_s") or (steps_per_s or 0.0) * self._batch
         if samples_per_s:

@@ -10,7 +10,7 @@ from trainforge.engine.callbacks import Callback
 from trainforge.observe.loggers import MetricLogger
 
 if TYPE_CHECKING:
-    from trainforge.engine.trainer import Trainer
+    from trainforge.engine.loop import Loop
     from trainforge.hardware.telemetry import TelemetrySampler
 
 
@@ -34,59 +34,59 @@ class MetricsCallback(Callback):
         self.last_train: dict[str, float] = {}
         self._last_sample_time = 0.0
 
-    def _epoch(self, trainer: Trainer) -> float:
-        return round(trainer.state.global_step / trainer.steps_per_epoch, 4)
+    def _epoch(self, loop: Loop) -> float:
+        return round(loop.state.global_step / loop.steps_per_epoch, 4)
 
-    def _emit(self, trainer: Trainer, split: str, metrics: dict[str, float]) -> None:
+    def _emit(self, loop: Loop, split: str, metrics: dict[str, float]) -> None:
         for logger in self.loggers:
-            logger.log(split, metrics, trainer.state.global_step, self._epoch(trainer))
+            logger.log(split, metrics, loop.state.global_step, self._epoch(loop))
         for listener in self.listeners:
-            listener.on_metrics(trainer, split, metrics)
+            listener.on_metrics(loop, split, metrics)
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, loop: Loop) -> None:
         if self.params:
             for logger in self.loggers:
                 logger.log_params(self.params)
         if self.telemetry is not None:
             self.telemetry.start()
 
-    def on_step_end(self, trainer: Trainer) -> None:
-        due = trainer.step_due(self.logging_steps)  # settles device-side skips first
-        step = trainer.state.global_step
-        if due or step >= trainer.total_steps:
-            self._flush(trainer)
+    def on_step_end(self, loop: Loop) -> None:
+        due = loop.step_due(self.logging_steps)  # settles device-side skips first
+        step = loop.state.global_step
+        if due or step >= loop.total_steps:
+            self._flush(loop)
         if self.histogram_steps and step % self.histogram_steps == 0:
             for logger in self.loggers:
                 if hasattr(logger, "log_histograms"):
-                    logger.log_histograms(trainer.model, step)
+                    logger.log_histograms(loop.task.model, step)
 
-    def on_epoch_end(self, trainer: Trainer) -> None:
-        self._flush(trainer)
+    def on_epoch_end(self, loop: Loop) -> None:
+        self._flush(loop)
 
-    def _flush(self, trainer: Trainer) -> None:
-        metrics = trainer.pop_train_metrics()
+    def _flush(self, loop: Loop) -> None:
+        metrics = loop.pop_train_metrics()
         if metrics:
             self.last_train = metrics
-            self._emit(trainer, "train", metrics)
-        self._log_telemetry(trainer)
+            self._emit(loop, "train", metrics)
+        self._log_telemetry(loop)
 
-    def _log_telemetry(self, trainer: Trainer) -> None:
+    def _log_telemetry(self, loop: Loop) -> None:
         if self.telemetry is None:
             return
         sample = self.telemetry.latest()
         taken = sample.pop("time", 0.0)
         if sample and taken > self._last_sample_time:
             self._last_sample_time = taken
-            self._emit(trainer, "telemetry", sample)
+            self._emit(loop, "telemetry", sample)
 
-    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
-        self._emit(trainer, "val", metrics)
+    def on_eval_end(self, loop: Loop, metrics: dict[str, float]) -> None:
+        self._emit(loop, "val", metrics)
 
-    def on_fast_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
-        self._emit(trainer, "val_fast", metrics)
+    def on_fast_eval_end(self, loop: Loop, metrics: dict[str, float]) -> None:
+        self._emit(loop, "val_fast", metrics)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
-        self._flush(trainer)
+    def on_fit_end(self, loop: Loop) -> None:
+        self._flush(loop)
         if self.telemetry is not None:
             self.telemetry.stop()
         for logger in self.loggers:

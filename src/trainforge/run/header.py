@@ -7,21 +7,33 @@ device's name and its peak TFLOP/s for MFU.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainforge.config import ResolvedConfig, RunConfig
 from trainforge.run.recipe import recipe_line
 from trainforge.runfolder import RunFolder
 
+if TYPE_CHECKING:
+    from trainforge.engine.loop import Loop
+
 
 def print_start(
-    resolved: ResolvedConfig, platform: Any, trainer: Any, run_dir: Path, notes: list[str]
+    resolved: ResolvedConfig,
+    platform: Any,
+    loop: Loop,
+    device: Any,
+    precision: str,
+    run_dir: Path,
+    notes: list[str],
 ) -> None:
     """The start lines, then `notes` (config notes, the batch fit, the schedule) that say
-    something."""
+    something. `device`, `precision`: those the run uses (`engine.precision`)."""
+    from trainforge import parallel
+
     c = resolved.config
     t = c.training
-    world = trainer.dist.world_size
+    dist = parallel.context()
+    world = dist.world_size
     print(
         f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
         f"({resolved.profile_reason})"
@@ -29,19 +41,19 @@ def print_start(
     if getattr(platform, "memory_source", "host") != "host":  # a container or Slurm's --mem
         print(f"memory: {platform.memory_gib:.2f} GiB ({platform.memory_source})")
     print(
-        f"task: {c.task.kind}   data: {c.data.dataset} ({trainer.task.num_train_samples} "
+        f"task: {c.task.kind}   data: {c.data.dataset} ({loop.task.num_train_samples} "
         f"training samples)   model: {c.model.arch} "
-        f"{sum(p.numel() for p in trainer.model.parameters()):,} parameters"
+        f"{sum(p.numel() for p in loop.task.model.parameters()):,} parameters"
     )
     print(
-        f"device: {trainer.device}   precision: {trainer.precision.name}   "
-        f"{batch_text(t, world)}   steps: {trainer.total_steps} ({trainer.steps_per_epoch}/epoch)"
+        f"device: {device}   precision: {precision}   "
+        f"{batch_text(t, world)}   steps: {loop.total_steps} ({loop.steps_per_epoch}/epoch)"
     )
     print(recipe_line(resolved))
-    print(validation_line(c, trainer))
-    if world > 1:
-        mode = "FSDP2 (fully_shard)" if trainer.sharded else "DDP"
-        print(f"distributed: {world} processes, backend {trainer.dist.backend}, {mode}")
+    print(validation_line(c, loop))
+    if world > 1:  # torch.distributed runs: sharded exactly when the config asks for FSDP
+        mode = "FSDP2 (fully_shard)" if c.hardware.data_parallel == "fsdp" else "DDP"
+        print(f"distributed: {world} processes, backend {dist.backend}, {mode}")
     print(f"run folder: {run_dir}")
     for line in [launcher_line(resolved, platform, world), *notes]:
         if line:
@@ -79,23 +91,23 @@ def batch_text(t: Any, world: int) -> str:
     return f"batch: {sizes} x {accumulation} accumulation{processes} = {total}"
 
 
-def validation_line(config: RunConfig, trainer: Any) -> str:
+def validation_line(config: RunConfig, loop: Loop) -> str:
     """When validation runs and, for a task that decodes, how many prompts it decodes."""
     from trainforge.engine.callbacks import EvalCadence
 
     e = config.evaluation
     cadence = EvalCadence(e.eval_steps, e.eval_every_epochs)
-    if cadence.by_epoch(trainer.steps_per_epoch):
+    if cadence.by_epoch(loop.steps_per_epoch):
         when = f"every {e.eval_every_epochs} epoch(s)"
         when += f" and every {e.eval_steps} steps" if e.eval_steps else ""
     elif e.eval_steps:
         when = f"every {e.eval_steps} steps and at the end"
         if e.eval_every_epochs:
-            when += f" (by step: an epoch is {trainer.steps_per_epoch} step(s))"
+            when += f" (by step: an epoch is {loop.steps_per_epoch} step(s))"
     else:
         when = "off"
     line = f"validation: {when}"
-    dataset = getattr(getattr(trainer.task, "val_loader", None), "dataset", None)
+    dataset = getattr(loop.task.val_loader, "dataset", None)
     decoded = getattr(dataset, "num_generated", 0)
     if decoded:
         line += (
@@ -105,14 +117,14 @@ def validation_line(config: RunConfig, trainer: Any) -> str:
     return line
 
 
-def warn_space(folder: RunFolder, config: RunConfig, trainer: Any) -> None:
+def warn_space(folder: RunFolder, config: RunConfig, model: Any) -> None:
     """The disk the checkpoints the run keeps will need (one line at start), and a warning
     line when the disk cannot hold them."""
     from trainforge.doctor.checks import checkpoints_kept
     from trainforge.engine import checkpoint as ckpt
     from trainforge.storage import free_bytes, size_text
 
-    one, kept = ckpt.estimate_bytes(trainer.model), checkpoints_kept(config)
+    one, kept = ckpt.estimate_bytes(model), checkpoints_kept(config)
     free = free_bytes(folder.path)
     print(
         f"disk: checkpoints need about {size_text(one * kept)} ({kept} kept at most x "

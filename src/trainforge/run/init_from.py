@@ -3,9 +3,11 @@
 
 Owns where the weights come from, how they load into the model this config builds, which
 parameters train, and what run.json records about the source. Sources:
-- a run folder: its final `model.safetensors`, else its `best_model` checkpoint (the choice
-  is stated in one line); a causal-lm run: its Hugging Face `model/` or LoRA `adapter/`;
-- a checkpoint folder (verified against its manifest);
+- a run folder or a checkpoint folder: the weights `run.weights.run_weights` says it means
+  (final model, else verified best, else newest checkpoint; the answer evaluate and export
+  use too), stated in its words; a checkpoint is verified against its manifest;
+- a run of a task kind whose model is a base-model folder (`TaskEntry.base_model`, the
+  causal-LM task): its Hugging Face `model/` or LoRA `adapter/`;
 - an exported safetensors artifact (`trainforge export --format safetensors`), or any
   `.safetensors` file;
 - causal-lm: a Hugging Face model folder (the base model: `models.hf.init_from_folders`) or a
@@ -34,7 +36,10 @@ from typing import Any
 from trainforge.config import RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
-from trainforge.runfolder import RunFolder, summary_file
+from trainforge.registry import TASKS
+from trainforge.run import weights
+from trainforge.run.weights import weights_line
+from trainforge.runfolder import summary_file
 
 HOW = (
     "pass a run folder (runs/NAME), a checkpoint folder, an exported safetensors folder or "
@@ -60,7 +65,8 @@ class InitSource:
         }
 
     def line(self) -> str:
-        return f"init_from {self.given}: {self.kind} {self.path}; the optimizer starts fresh"
+        chosen = weights_line(self.kind, self.path)
+        return f"init_from {self.given}: {chosen}; the optimizer starts fresh"
 
 
 def locate(config: RunConfig) -> InitSource | None:
@@ -72,26 +78,21 @@ def locate(config: RunConfig) -> InitSource | None:
     path = Path(value).expanduser()
     if not path.exists():
         raise UserError(f"model.init_from {value}: not found", HOW)
-    if config.task.kind == "causal-lm":
+    if TASKS.get(config.task.kind).base_model:
         return _locate_lm(value, config.lora.enabled)
-    if path.is_file():
+    try:
+        found = weights.run_weights(path)
+    except UserError as err:
+        raise UserError(f"model.init_from {value}: {err.message}", err.fix) from None
+    if found is None:
+        return _exported(value, path)
+    if found.kind == weights.FILE:
         if path.suffix != ".safetensors":
             raise UserError(f"model.init_from {value}: not a .safetensors file", HOW)
-        return InitSource(value, "weights file", path, _file_hash(path))
-    if (path / ckpt.MANIFEST).is_file():
-        return _checkpoint(value, path, "checkpoint")
-    run = RunFolder(path)
-    if run.is_run():
-        if run.model.is_file():
-            return InitSource(value, "final model", run.model, _file_hash(run.model))
-        best = run.checkpoints / ckpt.best_name()
-        if best.is_dir():
-            return _checkpoint(value, best, "no final model, best checkpoint")
-        raise UserError(
-            f"model.init_from {value}: the run has no final model and no best checkpoint",
-            "let it finish (trainforge train --resume RUN) or pass one of its checkpoints",
-        )
-    return _exported(value, path)
+        return InitSource(value, found.kind, path, _file_hash(path))
+    if found.checkpoint:
+        return _checkpoint(value, found.folder, found.kind)
+    return InitSource(value, found.kind, found.file, _file_hash(found.file))
 
 
 def _checkpoint(value: str, folder: Path, kind: str) -> InitSource:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
 from trainforge.config import ResolvedConfig
@@ -25,6 +26,10 @@ from trainforge.run.callbacks import metrics_callback
 from trainforge.run.header import device_name
 from trainforge.run.resume import requeue_slurm_job
 from trainforge.runfolder import RunFolder, resume_command
+
+if TYPE_CHECKING:
+    from trainforge.engine.loop import Loop, Outcome
+    from trainforge.engine.task import Task
 
 
 @dataclass
@@ -70,11 +75,25 @@ def nothing_to_train(folder: RunFolder, start_from: Path | None, config: Any) ->
     return RunSummary(folder.path, {}, None, NOTHING_TO_TRAIN, False, step, 0.0)
 
 
-def fit_or_abort(trainer: Any, folder: RunFolder) -> Any:
+@dataclass(frozen=True)
+class Engine:
+    """What the outputs need of how the run trained, beyond the loop's declared view
+    (`engine.loop.Loop`): given by the train entry, which built the Trainer."""
+
+    config_hash: str
+    precision: str
+    device: Any  # the torch.device it trained on
+    peak_flops: float | None = None
+    measured_peak_flops: float | None = None
+    # Under FSDP: gathers the whole model's weights on rank 0 (a collective), else None.
+    gather_weights: Callable[[], dict] | None = None
+
+
+def fit_or_abort(fit: Callable[[], Any], folder: RunFolder) -> Any:
     """fit(), and on a second Ctrl+C (GracefulStop gave Python's handler back) one line on
     stderr before the KeyboardInterrupt goes on to exit 130 at once."""
     try:
-        return trainer.fit()
+        return fit()
     except KeyboardInterrupt:
         if parallel.context().is_main:
             print(
@@ -88,7 +107,8 @@ def fit_or_abort(trainer: Any, folder: RunFolder) -> Any:
 
 
 def finish(
-    trainer: Any,
+    loop: Loop,
+    engine: Engine,
     result: Any,
     folder: RunFolder,
     resolved: ResolvedConfig,
@@ -97,10 +117,11 @@ def finish(
 ) -> RunSummary:
     """Every rank joins the collectives; rank 0 then writes the outputs and the last lines."""
     config = resolved.config
-    confusion = None if result.interrupted else _confusion(trainer)  # collective: every rank
+    confusion = None if result.interrupted else _confusion(loop.task, engine.device)  # all ranks
     final_weights = None
-    if trainer.sharded and config.checkpoint.save_final_model and not result.interrupted:
-        final_weights = trainer.full_state_dict()  # collective: gathered on rank 0
+    gather = engine.gather_weights
+    if gather is not None and config.checkpoint.save_final_model and not result.interrupted:
+        final_weights = gather()  # collective: gathered on rank 0
     summary = RunSummary(
         run_dir=folder.path,
         final_metrics=result.final_metrics,
@@ -109,68 +130,72 @@ def finish(
         interrupted=result.interrupted,
         global_step=result.state.global_step,
         train_time_s=result.state.train_time_s,
-        signal=trainer.stop_signal,
-        checkpoint=trainer.last_checkpoint,
+        signal=loop.outcome.signal,
+        checkpoint=loop.outcome.last_checkpoint,
     )
     if not parallel.context().is_main:
         return summary
     if config.checkpoint.save_final_model and not result.interrupted:
-        save_final_model(trainer, folder.path, final_weights)
-        summary.final_stop = trainer.task.final_stop
+        save_final_model(loop.task, result, engine.config_hash, folder.path, final_weights)
+        summary.final_stop = loop.task.final_stop
     if confusion is not None:
         folder.eval_dir.mkdir(exist_ok=True)
         folder.confusion.write_text(json.dumps(confusion), encoding="utf-8")
     record = {
         **{k: str(v) if isinstance(v, Path) else v for k, v in vars(summary).items()},
-        **_facts(trainer, result, resolved, platform, callbacks),
+        **_facts(loop, engine, result, resolved, platform, callbacks),
     }
     folder.summary.write_text(json.dumps(record, indent=2), encoding="utf-8")
     write_report(folder.path)
-    _last_lines(trainer, result, folder, config)
+    _last_lines(loop.outcome, result, folder, config)
     return summary
 
 
 def _facts(
-    trainer: Any, result: Any, resolved: ResolvedConfig, platform: Any, callbacks: list[Any]
+    loop: Loop,
+    engine: Engine,
+    result: Any,
+    resolved: ResolvedConfig,
+    platform: Any,
+    callbacks: list[Any],
 ) -> dict:
     """summary.json's fields beyond the RunSummary: where and how the run trained."""
     metrics = metrics_callback(callbacks)
+    peak, measured = engine.peak_flops, engine.measured_peak_flops
     return {
         "platform": platform.kind,
-        "device": str(trainer.device),
-        "device_name": device_name(platform, trainer.device),
+        "device": str(engine.device),
+        "device_name": device_name(platform, engine.device),
         "profile": resolved.profile.name,
-        "config_hash": trainer.config_hash,
-        "precision": trainer.precision.name,
+        "config_hash": engine.config_hash,
+        "precision": engine.precision,
         "samples_per_s": metrics.last_train.get("samples_per_s"),
-        "flops_per_sample": trainer.state.flops_per_sample or None,
+        "flops_per_sample": result.state.flops_per_sample or None,
         "mfu": metrics.last_train.get("mfu"),
         "mfu_measured": metrics.last_train.get("mfu_measured"),
-        "peak_tflops": trainer.peak_flops / 1e12 if trainer.peak_flops else None,
-        "measured_peak_tflops": (
-            trainer.measured_peak_flops / 1e12 if trainer.measured_peak_flops else None
-        ),
+        "peak_tflops": peak / 1e12 if peak else None,
+        "measured_peak_tflops": measured / 1e12 if measured else None,
         "nonfinite_steps": result.state.nonfinite_steps,
         "telemetry": metrics.telemetry.summary() if metrics.telemetry else None,
         # Tasks with a held-out test split score the final model on it (e.g. G2P PER/WER).
-        "test_metrics": getattr(trainer.task, "test_metrics", None),
-        "world_size": trainer.dist.world_size,
+        "test_metrics": loop.task.test_metrics,
+        "world_size": parallel.context().world_size,
     }
 
 
-def _last_lines(trainer: Any, result: Any, folder: RunFolder, config: Any) -> None:
+def _last_lines(outcome: Outcome, result: Any, folder: RunFolder, config: Any) -> None:
     """How to resume a stopped run; a diverged run ends in one line naming the fix."""
     if result.interrupted:
-        print(f"{trainer.stop_signal}: checkpoint saved to {trainer.last_checkpoint}")
+        print(f"{outcome.signal}: checkpoint saved to {outcome.last_checkpoint}")
         print(f"resume with: {resume_command(folder)}")
-        if trainer.stop_signal == "SIGUSR1" and config.hardware.slurm_requeue:
+        if outcome.signal == "SIGUSR1" and config.hardware.slurm_requeue:
             requeue_slurm_job()
     elif result.stop_reason.startswith("time limit"):
-        print(f"{result.stop_reason}: checkpoint saved to {trainer.last_checkpoint}")
+        print(f"{result.stop_reason}: checkpoint saved to {outcome.last_checkpoint}")
         hours = 2 * (config.training.max_training_hours or 0)
         # the limit counts training time across resumes: continuing needs a higher one
         print(f"resume with: {resume_command(folder)} --max_training_hours {hours:g}")
-    if trainer.diverged:
+    if outcome.diverged:
         found = ckpt.latest(folder.checkpoints)
         raise UserError(
             f"training stopped at step {result.state.global_step}: {result.stop_reason}; "
@@ -180,19 +205,19 @@ def _last_lines(trainer: Any, result: Any, folder: RunFolder, config: Any) -> No
         )
 
 
-def _confusion(trainer: Any) -> dict | None:
+def _confusion(task: Task, device: Any) -> dict | None:
     """Classification: the validation confusion matrix (rows true, columns predicted),
-    summed over ranks."""
-    confusion = getattr(trainer.task, "confusion_matrix", None)
-    if confusion is None:
-        return None
+    summed over ranks (None for a task without classes)."""
     import torch
 
     try:
-        matrix, names = confusion(trainer.model, trainer.device)
+        found = task.confusion_matrix(task.model, device)
     finally:  # the validation pass restarted the loader's workers: they go now, as after fit
-        park_workers(trainer.task.val_loader)
-    counts = parallel.all_reduce_sum(torch.tensor(matrix, dtype=torch.long, device=trainer.device))
+        park_workers(task.val_loader)
+    if found is None:
+        return None
+    matrix, names = found
+    counts = parallel.all_reduce_sum(torch.tensor(matrix, dtype=torch.long, device=device))
     return {"class_names": names, "matrix": counts.tolist()}
 
 
@@ -231,17 +256,19 @@ def own_output_model(config: Any, folder: RunFolder) -> Any:
     return config.model_copy(update={"output": out.model_copy(update={"overwrite": True})})
 
 
-def save_final_model(trainer: Any, run_dir: Path, weights: dict | None = None) -> None:
-    # A task that knows its own model format (a Hugging Face folder) saves itself.
-    save_final = getattr(trainer.task, "save_final", None)
-    if save_final is not None:
-        save_final(
-            run_dir,
-            model=trainer.model,
-            metrics=dict(trainer.last_val),
-            config_hash=trainer.config_hash,
-            global_step=trainer.state.global_step,
-        )
+def save_final_model(
+    task: Task, result: Any, config_hash: str, run_dir: Path, weights: dict | None = None
+) -> None:
+    """The task's own final artifact (`Task.save_final`: a Hugging Face folder), or else
+    model.safetensors from `weights` (gathered under FSDP) or the task's model."""
+    saved = task.save_final(
+        run_dir,
+        model=task.model,
+        metrics=dict(result.final_metrics),
+        config_hash=config_hash,
+        global_step=result.state.global_step,
+    )
+    if saved is not None:
         return
-    source = weights if weights is not None else trainer.model.state_dict()
-    ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": trainer.config_hash})
+    source = weights if weights is not None else task.model.state_dict()
+    ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": config_hash})

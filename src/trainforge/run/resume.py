@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
 from trainforge.config import ResolvedConfig, RunConfig
@@ -26,6 +27,9 @@ from trainforge.errors import UserError
 from trainforge.run.recipe import config_changes
 from trainforge.run.segments import launcher_job, restart_line
 from trainforge.runfolder import Hold, RunFolder, find_run, for_config, resume_command
+
+if TYPE_CHECKING:
+    from trainforge.engine.loop import Loop
 
 
 def run_folder_for(resolved: ResolvedConfig) -> RunFolder:
@@ -308,7 +312,7 @@ def note_killed_start(folder: RunFolder) -> None:
 
 
 def record_run(
-    folder: RunFolder, resolved: ResolvedConfig, trainer: Any = None, init_from: Any = None
+    folder: RunFolder, resolved: ResolvedConfig, loop: Loop | None = None, init_from: Any = None
 ) -> None:
     """run.json at start: the recipe as given (so `--resume runs/NAME` rebuilds it), written
     before any other file of the run, then again with the numbers of this run once the
@@ -333,24 +337,28 @@ def record_run(
         "launcher_job": launcher_job(),  # a restart of the same job continues the run
         "segments": earlier.get("segments", []),
     }
-    if trainer is not None:
-        record["world_size"] = trainer.dist.world_size
-        record["total_steps"] = trainer.total_steps
-        record["steps_per_epoch"] = trainer.steps_per_epoch
+    if loop is not None:
+        record["world_size"] = parallel.context().world_size
+        record["total_steps"] = loop.total_steps
+        record["steps_per_epoch"] = loop.steps_per_epoch
     if init_from := init_from or earlier.get("init_from"):
         record["init_from"] = init_from
     folder.write_run(record)
 
 
-def restore(trainer: Any, start_from: Path, config: RunConfig) -> tuple[str, list[str]]:
-    """Load the checkpoint into the trainer, say what `config` changed since then and which
-    guarantee the resume gives; returns ("exact" | "continued", reasons)."""
+def restore(
+    load: Callable[[Path], tuple[dict[str, Any], tuple[str, list[str]]]],
+    start_from: Path,
+    config: RunConfig,
+) -> tuple[str, list[str]]:
+    """Load the checkpoint with `load` (the trainer's: (meta, guarantee)), say what `config`
+    changed since then and which guarantee the resume gives; returns ("exact" |
+    "continued", reasons)."""
     saved = ckpt.config_file(start_from).read_text(encoding="utf-8")
     changes = config_changes(saved, config)
-    meta = trainer.load_checkpoint(start_from)
+    meta, (guarantee, reasons) = load(start_from)
     if changes:
         print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
-    guarantee, reasons = trainer.resume_guarantee or ("exact", [])
     why = f": {'; '.join(reasons)}" if reasons else " (bitwise: the same setup)"
     print(
         f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']}), "

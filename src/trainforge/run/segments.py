@@ -26,12 +26,15 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainforge import parallel
 from trainforge.engine.callbacks import Callback, GracefulStop
 from trainforge.errors import UserError
 from trainforge.runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from trainforge.engine.loop import Loop
 
 
 def iso(seconds: float | None) -> str | None:
@@ -115,16 +118,16 @@ def nodes(placements: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 def record_segment(
     folder: RunFolder,
-    trainer: Any,
+    setup: dict[str, Any],
+    from_step: int,
     start_from: Path | None,
     guarantee: str = "start",
     reasons: list[str] | None = None,
 ) -> None:
     """Append where this part of the run computes to run.json's `segments`: the history of
     the machines, process counts and splits a run has moved over. Called on every rank right
-    after the checkpoint is loaded (the ranks' nodes are gathered); rank 0 writes."""
-    from trainforge.engine.resumable import run_setup
-
+    after the checkpoint is loaded (the ranks' nodes are gathered); rank 0 writes. `setup`:
+    how the run computes (`engine.resumable.RunSetup.now`), `from_step` its step now."""
     loaded_at = time.time() if start_from else None
     placements = parallel.gather_objects(node_of())  # collective: every rank
     if not parallel.context().is_main:
@@ -136,11 +139,11 @@ def record_segment(
         "host": socket.gethostname(),
         "nodes": nodes(placements),
         "folder": str(folder.path.resolve()),
-        **run_setup(trainer),
+        **setup,
         "launcher_job": launcher_job(),
         "restart_count": int(restarts) if restarts and restarts.isdigit() else None,
         "from_checkpoint": start_from.name if start_from else None,
-        "from_step": trainer.state.global_step,
+        "from_step": from_step,
         "resume": guarantee,
         "reasons": reasons or [],
         "process_started_at": iso(process_started()),
@@ -177,7 +180,7 @@ class SegmentClock(Callback):
         self.stop = stop
         self.first_step_at: float | None = None
 
-    def on_step_end(self, trainer: Any) -> None:
+    def on_step_end(self, loop: Loop) -> None:
         if self.first_step_at is not None:
             return
         self.first_step_at = time.time()
@@ -198,11 +201,11 @@ class SegmentClock(Callback):
             f"({previous.get('stop_signal')} at {previous['stop_signal_at']}{save})"
         )
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, loop: Loop) -> None:
         if not parallel.context().is_main:
             return
-        fields: dict[str, Any] = {"ended_at": iso(time.time()), "end": trainer.stop_reason}
-        if trainer.interrupted and self.stop.received:
+        fields: dict[str, Any] = {"ended_at": iso(time.time()), "end": loop.outcome.reason}
+        if loop.outcome.interrupted and self.stop.received:
             fields |= {
                 "stop_signal": self.stop.received,
                 "stop_signal_at": iso(self.stop.received_at),

@@ -38,6 +38,21 @@ class TaskEntry:
     # A plugin kind's ExportKind class (or "module:Class"); None: the export package's own
     # (`trainforge.export.kinds.BUILT_IN`, the built-in kinds), else not exported.
     export: str | type | None = None
+    # What differs by kind, read by other packages instead of comparing the kind's name:
+    # Its model starts from a Hugging Face base-model folder that the task loads itself
+    # (`model.model_name_or_path`): `model.init_from` may name such a folder, `trainforge
+    # evaluate` resolves it without creating one, the web dialog asks for it.
+    base_model: bool = False
+    # `trainforge evaluate --file` scores a TSV/CSV/JSONL file as its validation split.
+    scores_files: bool = False
+    # Its batches are images (uint8 tensors between loader workers: the doctor's shared
+    # memory estimate) and it classifies them (per-class accuracy in the run report).
+    images: bool = False
+    # The metrics it reports, which `evaluation.metric_for_best_model` may name.
+    metrics: tuple[str, ...] = ("loss",)
+    # Settings a run of this kind needs besides `task.kind` ("key=value", as `--set` takes
+    # them): the web dialog and the guide profile add them.
+    settings: tuple[str, ...] = ()
 
     def build_task(self, config: RunConfig, device: torch.device | None) -> Task:
         return load_object(self.build)(config, device)
@@ -64,6 +79,8 @@ TASKS.register(
     TaskEntry(
         "a ViT classifying images of an image dataset (cross-entropy, accuracy)",
         _image_classification,
+        images=True,
+        metrics=("loss", "accuracy"),
     ),
 )
 TASKS.register(
@@ -71,5 +88,9 @@ TASKS.register(
     TaskEntry(
         "Hugging Face causal language model fine-tuning on text records (loss, perplexity)",
         _causal_lm,
+        base_model=True,
+        scores_files=True,
+        metrics=("loss", "perplexity", "per", "wer"),
+        settings=("model.arch=hf", "data.dataset=text"),
     ),
 )

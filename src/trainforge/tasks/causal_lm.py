@@ -36,7 +36,7 @@ from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token
 from trainforge.engine import stop
 from trainforge.engine.evaluate import evaluate_batches
 from trainforge.engine.precision import PrecisionPlan
-from trainforge.engine.task import StepOutput
+from trainforge.engine.task import StepOutput, Task
 from trainforge.errors import UserError
 from trainforge.models import hf
 from trainforge.models.base_model import resolve_base_model
@@ -45,7 +45,7 @@ from trainforge.tasks.sequence_metrics import error_counts
 
 
 @dataclass
-class CausalLM:
+class CausalLM(Task):
     model: nn.Module
     tokenizer: Any
     train_loader: Any
@@ -86,7 +86,7 @@ class CausalLM:
             generation_samples=config.evaluation.generation_samples,
         )
         model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
-        _check_positions(model, config.data.max_seq_length)
+        _check_positions(model, config.data.options.max_seq_length)
         if config.lora.enabled:
             model = hf.apply_lora(model, config.lora)
         trainable, total = hf.count_parameters(model)
@@ -220,6 +220,13 @@ class CausalLM:
         )  # fmt: skip
         return self.metrics(loss_sum, weight, sums)
 
+    def evaluate_split(self, model: nn.Module, loader: Any) -> dict[str, float]:
+        """Every prompt of the loader's whole data set decoded (a validation set decodes only
+        a sample of them while training)."""
+        dataset = loader.dataset
+        whole = dataset.all_generated() if hasattr(dataset, "all_generated") else dataset
+        return self.evaluate_dataset(model, whole)
+
     def evaluate_test(self, model: nn.Module) -> dict[str, float] | None:
         """Metrics on the whole test split (None without one), every prompt decoded."""
         if self.test_loader is None:
@@ -288,16 +295,17 @@ class CausalLM:
         summary = self.summary(metrics, config_hash, global_step)
         summary["run_dir"] = str(run_dir.resolve())  # the run that owns the output model
         model.config.use_cache = True  # inference default; training turned it off
+        folder = RunFolder(run_dir)
         if hf.is_peft(model):
-            adapter = run_dir / "adapter"
+            adapter = folder.hf_adapter
             hf.save_model_folder(model, self.tokenizer, adapter, summary)
             result = adapter
             if self.config.lora.merge_adapter:
                 merged = model.merge_and_unload()
-                hf.save_model_folder(merged, self.tokenizer, run_dir / "model", summary)
-                result = run_dir / "model"
+                hf.save_model_folder(merged, self.tokenizer, folder.hf_model, summary)
+                result = folder.hf_model
         else:
-            result = run_dir / "model"
+            result = folder.hf_model
             hf.save_model_folder(model, self.tokenizer, result, summary)
         print(f"Hugging Face model: {result}")
         if self.output_path is not None:
@@ -318,11 +326,11 @@ class CausalLM:
             "base_model": c.model.model_name_or_path,
             "base_model_path": str(self.base_dir),
             "dataset": {
-                "train_file": c.data.train_file,
-                "validation_file": c.data.validation_file,
-                "test_file": c.data.test_file,
-                "max_seq_length": c.data.max_seq_length,
-                "packing": c.data.packing,
+                "train_file": c.data.options.train_file,
+                "validation_file": c.data.options.validation_file,
+                "test_file": c.data.options.test_file,
+                "max_seq_length": c.data.options.max_seq_length,
+                "packing": c.data.options.packing,
                 "splits": {name: s.as_dict() for name, s in self.data_stats.items()},
             },
             "lora": lora,
@@ -340,6 +348,6 @@ def _check_positions(model: nn.Module, max_seq_length: int) -> None:
     limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if limit and max_seq_length > limit:
         raise UserError(
-            f"data.max_seq_length = {max_seq_length}: the model has only {limit} positions",
-            f"set data.max_seq_length to {limit} or less",
+            f"data.options.max_seq_length = {max_seq_length}: the model has only {limit} positions",
+            f"set data.options.max_seq_length to {limit} or less",
         )

@@ -25,11 +25,11 @@ from torch import Tensor, nn
 from trainforge.config.schema import RunConfig
 from trainforge.data.sampling import EpochBatch, GatheredEpoch
 from trainforge.engine.evaluate import evaluate_batches
-from trainforge.engine.task import StepOutput
+from trainforge.engine.task import StepOutput, Task
 
 
 @dataclass
-class ImageClassification:
+class ImageClassification(Task):
     model: nn.Module
     train_loader: Any
     val_loader: Any
