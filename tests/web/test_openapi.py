@@ -30,13 +30,20 @@ PAGE_ACTIONS = {
     "Sweeps: Stop": ("post", "/api/sweeps/{name}/stop"),
     "Compare runs: the runs to pick from": ("get", "/api/compare/runs"),
     "Compare runs: curves": ("get", "/api/compare/curves"),
+    "run page: Export": ("post", "/api/runs/{run_id}/export"),
+    "run page: Export progress and artefacts": ("get", "/api/runs/{run_id}/export"),
+    "run page: rename, tag, note": ("patch", "/api/runs/{run_id}/meta"),
+    "run page: Delete": ("delete", "/api/runs/{run_id}"),
+    "Train Model dialog: targets": ("get", "/api/targets"),
+    "Train Model dialog: start on a cluster target": ("post", "/api/targets/runs"),
+    "Runs list: cluster runs (target, job, pending reason, badge)": ("get", "/api/targets/runs"),
     # The run page of a sweep's trial calls these (its `api` base).
     "trial page: status": ("get", "/api/runs/{sweep}/trials/{trial}"),
     "trial page: live progress": ("get", "/api/runs/{sweep}/trials/{trial}/events"),
     "trial page: metrics history": ("get", "/api/runs/{sweep}/trials/{trial}/metrics"),
     "trial page: output": ("get", "/api/runs/{sweep}/trials/{trial}/log"),
 }
-_CALL = re.compile(r"""api\(\s*"(GET|POST)",\s*[`"](/api/[^`"?]*)""")
+_CALL = re.compile(r"""api\(\s*"(GET|POST|PATCH|DELETE)",\s*[`"](/api/[^`"?]*)""")
 _STREAM = re.compile(r"""new EventSource\(\s*[`"](/api/[^`"?]*)""")
 _FETCH = re.compile(r"""fetch\(\s*"(/api/[^"?]*)",\s*\{\s*method:\s*"(GET|POST)\"""")
 
