@@ -321,3 +321,31 @@ def test_a_run_means_its_final_model_else_its_verified_best_else_its_newest(tmp_
     assert found.line() == f"weights: final model {folder.model}"
     inside = run_weights(folder.checkpoints / "checkpoint-2")
     assert inside.checkpoint and inside.run_dir == folder.path
+
+
+def test_evaluate_export_and_init_from_name_the_chosen_weights_in_the_same_words(
+    tmp_path, monkeypatch, capsys
+):
+    import torch
+    from safetensors.torch import save_file
+
+    from trainforge.config import load
+    from trainforge.evaluate import Request, weights_of
+    from trainforge.export import source
+    from trainforge.run import init_from
+    from trainforge.run.weights import run_weights
+    from trainforge.runfolder import RunFolder
+
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    folder.resolved_config.write_text("task: {}\n")
+    save_file({"w": torch.zeros(2)}, str(folder.model))
+    line = run_weights(folder.path).line()
+    assert line == f"weights: final model {folder.model}"
+    monkeypatch.setattr(source, "_read", lambda *args: "read")  # the choice, not the reading
+    assert source.resolve_source(folder.path) == "read"
+    assert source.read_source(weights_of(Request(run=folder.path))) == "read"
+    assert capsys.readouterr().out.splitlines() == [line, line]
+    config = Path(__file__).resolve().parents[1] / "config" / "vit_digits.yaml"
+    cfg = load(config, profile="cpu", overrides=[f"model.init_from={folder.path}"]).config
+    assert f"init_from {folder.path}: {line}; " in init_from.locate(cfg).line()
