@@ -240,7 +240,7 @@ def test_causal_lm_run_writes_a_model_that_the_models_list_shows(make_client, mo
     assert response.json()["output_model"] == "jetson-tuned"
     argv = response.json()["argv"]
     assert 'model.model_name_or_path="models/base-gpt2"' in argv
-    assert 'data.train_file="example_datasets/jetson_training.json"' in argv
+    assert 'data.options.train_file="example_datasets/jetson_training.json"' in argv
     assert wait_for(finished(client, "jetson-tuned"))["status"] == "completed"
     names = [m["name"] for m in client.get("/api/models").json()]
     assert names == ["base-gpt2", "jetson-tuned"]

@@ -72,6 +72,10 @@ class RunOut(BaseModel):
         "app", description="'app', or 'command line' for a run `trainforge train` started."
     )
     model_ready: bool = Field(False, description="The output model folder has been written.")
+    target: str = Field("local", description="Where the run executes: local or a cluster target.")
+    job_id: str = Field("", description="The Slurm job id of a cluster run.")
+    reason: str = Field("", description="squeue's reason while a cluster run is pending.")
+    unreachable: str = Field("", description="The target's last connection problem (a badge).")
     telemetry_note: str = Field("", description="What stands in for telemetry while none came.")
     page: str = Field("", description="The run's page (a sweep's: the sweep page).")
     api: str = Field("", description="The base of the run's API (status, events, log).")
