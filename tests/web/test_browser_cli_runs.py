@@ -85,7 +85,7 @@ def test_a_command_line_run_page_says_how_to_stop_it_and_stop_works(tmp_path: Pa
             # The Runs list's accuracy is labelled as validation and is the run page's.
             expected = f"{_last_val_accuracy(run) * 100:.2f} %"
             page.goto(f"{url}/runs")
-            header = page.locator("#runs-table thead th").nth(5)
+            header = page.locator("#runs-table thead th").nth(6)  # after Run, Target, Task, ...
             expect(header).to_have_text("Val accuracy")
             listed = row.locator("td.val-accuracy")
             expect(listed).to_have_text(expected)
