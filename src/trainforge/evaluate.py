@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import RunFolder, guide_spelling
 
 if TYPE_CHECKING:
     from trainforge.run.weights import RunWeights
@@ -51,12 +51,12 @@ def weights_of(request: Request) -> RunWeights:
     means (`run.weights.run_weights`)."""
     from trainforge.run import weights
 
-    run = RunFolder(request.run)
+    run = RunFolder(guide_spelling(request.run))  # the ViT guide's NAME.pth: folder NAME
     given = request.checkpoint
     path = run.path
     if given is not None:
-        named = run.checkpoints / given
-        path = named if named.is_dir() else Path(given)
+        named = guide_spelling(run.checkpoints / given)
+        path = named if named.is_dir() else guide_spelling(given)
         if not path.is_dir():
             have = [c.path.name for c in ckpt.list_checkpoints(run.checkpoints)]
             raise UserError(

@@ -312,13 +312,22 @@ def resume_command(folder: RunFolder) -> str:
     return f"trainforge train --resume {folder.path}"
 
 
+def guide_spelling(path: Path | str) -> Path:
+    """The ViT training guide's `checkpoints/NAME.pth` names the checkpoint folder NAME
+    (checkpoints are folders: docs "Folders, not .pth files"); any other path is itself.
+    Every command that takes a checkpoint (resume, evaluate, export, init_from) reads the
+    spelling through this."""
+    path = Path(path)
+    if not path.exists() and path.suffix == ".pth" and path.with_suffix("").is_dir():
+        return path.with_suffix("")
+    return path
+
+
 def find_run(value: str) -> tuple[RunFolder, Path | None] | None:
     """What `--resume VALUE` names when VALUE is a path: (its run folder, the checkpoint
     folder when VALUE is one, else None). None when VALUE is no run folder or checkpoint.
     The ViT training guide's `checkpoints/NAME.pth` spelling names the folder NAME."""
-    path = Path(value)
-    if not path.exists() and path.suffix == ".pth" and path.with_suffix("").is_dir():
-        path = path.with_suffix("")
+    path = guide_spelling(value)
     if not path.is_dir():
         return None
     if RunFolder(path).is_run() or RunFolder(path).checkpoints.is_dir():

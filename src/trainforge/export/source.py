@@ -26,7 +26,7 @@ from trainforge.errors import UserError
 from trainforge.export.options import SOURCE_HINT as HOW
 from trainforge.export.options import check_source_exists
 from trainforge.export.plugins import load_plugins, run_of
-from trainforge.runfolder import RunFolder
+from trainforge.runfolder import RunFolder, guide_spelling
 
 if TYPE_CHECKING:
     from trainforge.run.weights import RunWeights
@@ -53,6 +53,7 @@ def resolve_source(path: Path) -> Source:
     checkpoint folder: `run.weights.run_weights` chooses)."""
     from trainforge.run import weights
 
+    path = guide_spelling(path)  # the ViT guide's checkpoints/best_model.pth
     check_source_exists(path)
     if not path.is_dir():
         raise UserError(f"{path} is a file, not a run folder or checkpoint", HOW)

@@ -39,7 +39,7 @@ from trainforge.errors import UserError
 from trainforge.registry import TASKS
 from trainforge.run import weights
 from trainforge.run.weights import weights_line
-from trainforge.runfolder import summary_file
+from trainforge.runfolder import guide_spelling, summary_file
 
 HOW = (
     "pass a run folder (runs/NAME), a checkpoint folder, an exported safetensors folder or "
@@ -75,7 +75,7 @@ def locate(config: RunConfig) -> InitSource | None:
     value = config.model.init_from
     if not value:
         return None
-    path = Path(value).expanduser()
+    path = guide_spelling(Path(value).expanduser())  # the ViT guide's checkpoints/NAME.pth
     if not path.exists():
         raise UserError(f"model.init_from {value}: not found", HOW)
     if TASKS.get(config.task.kind).base_model:
