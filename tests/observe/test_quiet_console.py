@@ -44,7 +44,8 @@ ALLOWED = [
     r"validation \(\d+ examples\): loss [\d.]+, .+",
     r"validation: (every .+|off)(; greedy-decodes \d+ of \d+ prompts .+)?",
     r".+: line \d+ \(.+\) is a header, not a record \(data\.header: \w+\)",
-    r"base model .+ was made from .+; this run's corpus .+ is another, so it uses .+",
+    r"base model .+ (was made from|is kept for the config's corpus) .+; "
+    r"this run's corpus .+ is another, so it uses .+",
     r"checkpoints: .+",
     r"TensorBoard: tensorboard --logdir .+",
     r"metrics:     .+metrics\.jsonl",

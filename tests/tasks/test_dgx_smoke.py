@@ -75,14 +75,21 @@ def test_the_plans_smoke_test_as_written_then_a_second_corpus(project, capsys):
     assert re.search(r"^validation \(6232 examples\): .*per [\d.]+, wer [\d.]+$", out, re.M)
     assert re.search(r"^test \(6259 examples\): .*per [\d.]+, wer [\d.]+$", out, re.M)
 
-    # The smoke test's base model records its corpus.
-    base = project / "models" / "g2p-small"
-    made = summary(base)["corpus_files"]
+    # The smoke test's base model is its corpus's own: the name the config gives,
+    # models/g2p-small, stays for the config's corpus (CMUdict).
+    assert not (project / "models" / "g2p-small").exists()
+    (smoke_model,) = sorted((project / "models").glob("g2p-small-test_mini-*"))
+    assert (
+        "base model models/g2p-small is kept for the config's corpus "
+        "example_datasets/g2p/cmudict_train.tsv; this run's corpus test_mini.tsv is another, "
+        f"so it uses models/{smoke_model.name}"
+    ) in out
+    made = summary(smoke_model)["corpus_files"]
     assert [(f["path"], f["size_bytes"]) for f in made] == [
         ("test_mini.tsv", (project / "test_mini.tsv").stat().st_size)
     ]
 
-    # A second corpus: a base model of its own, named with the corpus, and one line saying so.
+    # A second corpus: a base model of its own too, and the smoke test's is untouched.
     words = (REPO / "example_datasets/g2p/cmudict_train.tsv").read_text(encoding="utf-8")
     (project / "words.tsv").write_text("".join(words.splitlines(True)[:40]), encoding="utf-8")
     second = trainforge(
@@ -93,11 +100,8 @@ def test_the_plans_smoke_test_as_written_then_a_second_corpus(project, capsys):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     own = sorted((project / "models").glob("g2p-small-words-*"))
     assert len(own) == 1, sorted(p.name for p in (project / "models").iterdir())
-    assert (
-        f"base model models/g2p-small was made from test_mini.tsv; this run's corpus "
-        f"words.tsv is another, so it uses models/{own[0].name}"
-    ) in second.stdout
     assert f"creating base model models/{own[0].name}" in second.stdout
     assert [f["path"] for f in summary(own[0])["corpus_files"]] == ["words.tsv"]
-    assert summary(base)["corpus_files"] == made  # the smoke test's model is untouched
+    assert summary(smoke_model)["corpus_files"] == made  # the smoke test's model is untouched
+    assert not (project / "models" / "g2p-small").exists()  # still the config corpus's name
     assert "test (" not in second.stdout  # --test_file null: no test split

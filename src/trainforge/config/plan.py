@@ -242,10 +242,27 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
             "training": config.training.model_copy(update=training),
             "optimizer": optimizer,
             "schedule": schedule,
+            "model": _plan_corpus(resolved, sources),
         }
     )
     rules = (batch_rule, rate_rule)  # planned once: the rules of this plan only
     return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
+
+
+def _plan_corpus(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:
+    """`model.init_corpus`: the corpus that owns the base model's name is the one the config
+    file names, not one a flag swapped in for a smoke test (models/base_model.py)."""
+    model = resolved.config.model
+    if not model.init_arch or model.init_corpus is not None:
+        return model
+    data = (resolved.layers.get("file") or {}).get("data") or {}
+    options = data.get("options") if isinstance(data.get("options"), dict) else {}
+    declared = options.get("train_file") or data.get("train_file")  # either spelling
+    declared = declared or getattr(resolved.config.data.options, "train_file", None)
+    if not declared:
+        return model
+    sources["model.init_corpus"] = "plan (the config file's data.options.train_file)"
+    return model.model_copy(update={"init_corpus": str(declared)})
 
 
 def apply_batch_plan(resolved: ResolvedConfig, plan: BatchPlan) -> ResolvedConfig:

@@ -152,6 +152,13 @@ class ModelConfig(Section):
     init_size: Literal["tiny", "small", "g2p"] = Field(
         "tiny", description="hf: size preset for init_arch (see `trainforge models init`)."
     )
+    init_corpus: str | None = Field(
+        None,
+        description="hf with init_arch: the corpus that owns the name model_name_or_path (planned "
+        "from the config file's data.options.train_file). A run on another corpus, such as a "
+        "smoke test's file given with --data_file, gets a base model of its own, "
+        "NAME-<corpus stem>-<hash prefix>.",
+    )
     patch_size: int = Field(4, ge=1, description="Side of a square image patch, in pixels.")
     embedding_dim: int = Field(384, ge=8, description="Token width of the transformer.")
     num_layers: int = Field(12, ge=1, le=128, description="Number of transformer blocks.")

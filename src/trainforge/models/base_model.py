@@ -10,6 +10,11 @@ own, named with its corpus (`NAME-<corpus stem>-<hash prefix>`), created on firs
 well, and says so in one line. A model that records no corpus (downloaded, or made by an
 older version) is used as it is.
 
+The name as written belongs to the config's own corpus (`model.init_corpus`, planned from the
+config file's train file): a smoke test run first with `--data_file test_mini.tsv` makes
+`NAME-test_mini-<hash>`, never NAME, so the real run that follows makes NAME from the real
+corpus.
+
 Library considered: `huggingface_hub`'s cache keys folders by repository and revision,
 not by the data a tokenizer was trained on; nothing there ties a model to a corpus.
 """
@@ -79,7 +84,17 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
     from trainforge.models.hf_init import corpus_fact
 
     fact = corpus_fact(corpus)
-    if (path / "config.json").is_file():
+    if not (path / "config.json").is_file():
+        own = corpus_model_path(path, fact)
+        if (own / "config.json").is_file():  # made earlier for this corpus
+            return hf.check_model_dir(own)
+        if m.init_corpus and not _same_corpus_file(Path(m.init_corpus), corpus, fact):
+            print(
+                f"base model {path} is kept for the config's corpus {m.init_corpus}; this "
+                f"run's corpus {corpus} is another, so it uses {own}"
+            )
+            path = own
+    else:
         recorded = made_from(path)
         if recorded is None or same_corpus(recorded, fact):
             return hf.check_model_dir(path)
@@ -98,6 +113,19 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
         )
     _create(path, m, corpus, fact, config.training.seed)
     return hf.check_model_dir(path)
+
+
+def _same_corpus_file(declared: Path, corpus: Path, fact: dict[str, Any]) -> bool:
+    """Whether the run's corpus is the one the config declares (model.init_corpus): the same
+    file, or one with the same bytes."""
+    if not declared.is_file():
+        return declared == corpus
+    if declared.resolve() == corpus.resolve():
+        return True
+    from trainforge.models.hf_init import corpus_fact
+
+    other = corpus_fact(declared)
+    return (other["sha256"], other["size_bytes"]) == (fact["sha256"], fact["size_bytes"])
 
 
 def _create(path: Path, m: Any, corpus: Path, fact: dict[str, Any], seed: int) -> None:
