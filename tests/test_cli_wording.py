@@ -105,7 +105,7 @@ def test_config_show_is_one_line_per_value_and_names_the_plan(monkeypatch, capsy
     )
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines() if not line.startswith("#")}
-    assert "{prompt}\\n" in rows["data.prompt_template"]
+    assert "{prompt}\\n" in rows["data.options.prompt_template"]
     assert all(line.split()[0] in rows for line in out.splitlines() if not line.startswith("#"))
     warmup = rows["schedule.warmup_steps"]
     assert warmup.split()[1] == "2"

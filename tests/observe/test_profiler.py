@@ -14,11 +14,12 @@ from trainforge.observe.profiler import ProfilerWindow, profiler_callbacks
 
 
 class StepTrainer:
-    """Just what the callback reads: the step counter and the device."""
+    """Just what the callback reads of the loop view: the step counter and the task's model
+    (its device)."""
 
     def __init__(self) -> None:
         self.state = SimpleNamespace(global_step=0)
-        self.device = torch.device("cpu")
+        self.task = SimpleNamespace(model=torch.nn.Linear(2, 2))
         self.weights = torch.randn(64, 64)
 
     def step(self, callback: ProfilerWindow) -> None:
