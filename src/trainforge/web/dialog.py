@@ -167,7 +167,7 @@ def defaults(
 
 def _values(settings: WebSettings, config: str, resolved: ResolvedConfig) -> dict[str, Any]:
     c = resolved.config
-    lm = c.task.kind == "causal-lm"
+    lm = TASKS.get(c.task.kind).base_model  # its dataset is a text file, its model a base model
     base = c.model.model_name_or_path
     if base:
         path = PurePosixPath(base)
@@ -211,18 +211,19 @@ def build_arguments(settings: WebSettings, form: TrainForm) -> tuple[list[str], 
     quoted = json.dumps  # a YAML string whatever the text looks like
     sets: list[str] = []
     task = form.task
-    if task == "causal-lm":
-        sets += ["task.kind=causal-lm", "model.arch=hf", "data.dataset=text"]
+    entry = None
+    if task is not None:  # a known kind: _check_form refused any other
+        entry = TASKS.get(task)
+        sets += [f"task.kind={task}", *entry.settings]
+    if entry is not None and entry.base_model:
         if form.dataset:
             sets.append(f"data.options.train_file={quoted(form.dataset)}")
         if form.base_model:
             path = f"{settings.models_dir}/{form.base_model}"
             sets.append(f"model.model_name_or_path={quoted(path)}")
         sets.append(f"output.model_name={quoted(form.output_name)}")
-    elif task == "image-classification":
-        sets.append("task.kind=image-classification")
-        if form.dataset:
-            sets.append(f"data.dataset={quoted(form.dataset)}")
+    elif entry is not None and entry.images and form.dataset:
+        sets.append(f"data.dataset={quoted(form.dataset)}")
     for path, value in (
         ("training.num_train_epochs", form.epochs),
         ("optimizer.learning_rate", form.learning_rate),
@@ -275,7 +276,8 @@ def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
             add("base_model", f"{shown(form.base_model)} is not a plain name; use {NAME_RULE}")
         elif form.base_model not in list_model_names(settings.models_path):
             add("base_model", f"no model folder {settings.models_dir}/{form.base_model}")
-    if form.dataset is not None and form.task == "causal-lm":
+    # The dataset given is a text file only for a kind whose model is a base model.
+    if form.dataset is not None and form.task in TASKS and TASKS.get(form.task).base_model:
         problem = _dataset_problem(settings, form.dataset)
         if problem:
             add("dataset", problem)
@@ -332,18 +334,19 @@ def validate_form(
 
 # In the web app's words: the dialog's field and page, never a command-line flag.
 NO_BASE_MODEL = (
-    "a causal-lm run fine-tunes a base model: pick one in Base model (the Models page lists them)"
+    "a {kind} run fine-tunes a base model: pick one in Base model (the Models page lists them)"
 )
 
 
 def _base_model_problem(settings: WebSettings, config: Any) -> str | None:
-    """Why a causal-lm run could not start for want of its base model, or None. A config
-    that creates its base model on first use (`model.init_arch`) needs none yet."""
-    if config.task.kind != "causal-lm":
+    """Why a run of a kind that fine-tunes a base model could not start for want of it, or
+    None. A config that creates its base model on first use (`model.init_arch`) needs none
+    yet."""
+    if not TASKS.get(config.task.kind).base_model:
         return None
     name = config.model.model_name_or_path
     if not name:
-        return NO_BASE_MODEL
+        return NO_BASE_MODEL.format(kind=config.task.kind)
     path = Path(name) if len(PurePosixPath(name).parts) > 1 else Path(settings.models_dir) / name
     folder = path if path.is_absolute() else settings.root / path
     if config.model.init_arch or (folder / "config.json").is_file():
