@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge.errors import UserError
+from trainforge.registry import TASKS
 from trainforge.runfolder import resume_command
 from trainforge.web.api_models import ErrorsOut, RunOut, TrainRequest
 from trainforge.web.app_state import AppState
@@ -123,10 +124,11 @@ def start_run(request: Request, body: TrainRequest) -> RunOut:
         resolved, argv = validate_form(state.settings, state.platform, form)
     except FormErrors as err:
         return errors_response(err.errors)  # type: ignore[return-value]
-    conflict = _name_conflict(state, form, resolved.config.task.kind == "causal-lm")
+    # A kind that fine-tunes a base model writes an output model named like the run.
+    lm = TASKS.get(resolved.config.task.kind).base_model
+    conflict = _name_conflict(state, form, lm)
     if conflict:
         return errors_response({"output_name": [conflict]})  # type: ignore[return-value]
-    lm = resolved.config.task.kind == "causal-lm"
     record = RunRecord(
         id=form.output_name,
         task=resolved.config.task.kind,

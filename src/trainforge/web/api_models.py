@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trainforge.registry import TASKS
 from trainforge.web.limits import MAX_ITEM, MAX_ITEMS, MAX_NAME, MAX_PATH
 
 
@@ -20,16 +21,23 @@ class TrainRequest(BaseModel):
     )
     output_name: str = Field(
         max_length=MAX_NAME,
-        description="Run folder name (and output model name for causal-lm).",
+        description="Run folder name (and output model name for a task that fine-tunes a "
+        "base model).",
     )
-    task: Literal["image-classification", "causal-lm"] | None = None
+    # Any registered task kind (a plugin's too), checked against the registry below.
+    task: str | None = Field(
+        None, max_length=MAX_NAME, description="A registered task kind (task.kind)."
+    )
     base_model: str | None = Field(
-        None, max_length=MAX_NAME, description="causal-lm: a folder name under models/."
+        None,
+        max_length=MAX_NAME,
+        description="For a task that fine-tunes a base model: a folder name under models/.",
     )
     dataset: str | None = Field(
         None,
         max_length=MAX_PATH,
-        description="digits/cifar10/image-folder, or causal-lm's records file.",
+        description="An image dataset (digits/cifar10/image-folder), or the records file of "
+        "a task that fine-tunes a base model.",
     )
     epochs: float | None = None
     learning_rate: float | None = None
@@ -39,6 +47,14 @@ class TrainRequest(BaseModel):
         default_factory=list, max_length=MAX_ITEMS, description="KEY=VALUE config overrides."
     )
     overwrite: bool = False
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str | None) -> str | None:
+        # The registry's one line (closest name, known names) becomes the task field's error.
+        if value is not None and value not in TASKS:
+            raise ValueError(TASKS.unknown_message(value))
+        return value
 
 
 class RunOut(BaseModel):
