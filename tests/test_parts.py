@@ -205,7 +205,7 @@ def test_engine_run_and_cli_never_probe_a_task():
 # the hand-off note); each must still hold a literal, so an entry that is done fails here
 # until it is taken off the list.
 PENDING = {
-    "config/checks.py", "config/guide_profile.py", "doctor/checks.py",
+    "doctor/checks.py",
     "observe/report_html.py",
 }  # fmt: skip
 # Where a task kind's name belongs: the task modules and the registries' entries.
@@ -271,6 +271,32 @@ def test_the_train_request_takes_any_registered_kind(toy_kind):
     assert TrainRequest(config="c.yaml", output_name="x", task=toy_kind).task == toy_kind
     with pytest.raises(ValidationError, match=r"unknown task 'toy-ln'.*did you mean 'toy-lm'"):
         TrainRequest(config="c.yaml", output_name="x", task="toy-ln")
+
+
+def test_the_config_rules_read_the_kind_from_its_entry(toy_kind):
+    from trainforge.config import load
+    from trainforge.config.checks import check
+    from trainforge.config.guide_profile import guide_defaults
+
+    def problems(*sets: str) -> list[str]:
+        return check(load(None, profile="cpu", overrides=list(sets)).config)
+
+    toy = [f"task.kind={toy_kind}", "evaluation.metric_for_best_model=perplexity"]
+    assert (
+        f"evaluation.metric_for_best_model = perplexity is not a {toy_kind} metric: "
+        "use one of loss, bleu" in problems(*toy)
+    )
+    assert f"model.arch = 'vit': task {toy_kind} needs model.arch = 'hf'; set it" in problems(
+        *toy, "model.arch=vit"
+    )
+    hf = " ".join(problems("task.kind=image-classification", "model.arch=hf"))
+    assert f"need task.kind = 'causal-lm' or '{toy_kind}'" in hf
+    # the first kind that fine-tunes a base model, registered before the plugin's
+    assert guide_defaults() == {
+        "task.kind": "causal-lm",
+        "model.arch": "hf",
+        "data.dataset": "text",
+    }
 
 
 # ------------------------------------------------------------ one owner of run weights

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainforge.config.schema import RunConfig, TaskConfig
-from trainforge.registry import DATASETS
+from trainforge.registry import DATASETS, TASKS
 
 if TYPE_CHECKING:
     from trainforge.config.plan import Target
@@ -100,10 +100,14 @@ def _eval_rules(c: RunConfig) -> list[str]:
             "or evaluation.eval_steps, or set checkpoint.save_best=false"
         )
     metric = e.metric_for_best_model
-    if metric in ("perplexity", "per", "wer") and c.task.kind != "causal-lm":
+    metrics = TASKS.get(c.task.kind).metrics  # what this kind's validation reports
+    # The schema's default stays allowed until every entry lists all it reports (the causal
+    # LM reports accuracy too, its entry does not list it yet).
+    default = type(e).model_fields["metric_for_best_model"].default
+    if metric not in metrics and metric != default:
         problems.append(
-            f"evaluation.metric_for_best_model = {metric} is a causal-lm metric: "
-            f"use accuracy or loss for {c.task.kind}"
+            f"evaluation.metric_for_best_model = {metric} is not a {c.task.kind} metric: "
+            f"use one of {', '.join(metrics)}"
         )
     elif metric in ("per", "wer") and not c.task.eval_generation:
         problems.append(
@@ -135,21 +139,19 @@ def _plain_name(name: str) -> bool:
     )
 
 
-# The task a Hugging Face model (model.arch hf) and LoRA adapters train: the model families are
-# the schema's literals, not registry entries, so this one tie stays a name.
-HF_TASK = "causal-lm"
-
-
 def _task_rules(c: RunConfig) -> list[str]:
-    """The dataset's entry names the task that reads it (`DatasetEntry.task`)."""
+    """The dataset's entry names the task that reads it (`DatasetEntry.task`); a Hugging Face
+    model (model.arch hf) and LoRA adapters need a kind whose model is a base-model folder
+    (`TaskEntry.base_model`)."""
     kind, name = c.task.kind, c.data.dataset
     entry = DATASETS.get(name)
     out = []
-    if kind == HF_TASK and c.model.arch != "hf":
+    base_model = TASKS.get(kind).base_model
+    if base_model and c.model.arch != "hf":
         out.append(f"model.arch = {c.model.arch!r}: task {kind} needs model.arch = 'hf'; set it")
     wants = {entry.task} - {kind}
-    if kind != HF_TASK and (c.model.arch == "hf" or c.lora.enabled):
-        wants.add(HF_TASK)
+    if not base_model and (c.model.arch == "hf" or c.lora.enabled):
+        wants.update(n for n, e in TASKS.items() if e.base_model)
     if wants and kind == TaskConfig.model_fields["kind"].default:
         # The task was left at its default: the dataset (or model) says which one is meant.
         why = [f"data.dataset {name}"] * (entry.task != kind)

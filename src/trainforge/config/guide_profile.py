@@ -17,6 +17,7 @@ from typing import Any
 
 from trainforge.config.schema import RunConfig, flat_alias_paths, leaf_paths, owned_path
 from trainforge.errors import UserError
+from trainforge.registry import TASKS
 
 # Flat guide key -> run config field.
 GUIDE_KEYS: dict[str, str] = {
@@ -29,12 +30,15 @@ GUIDE_KEYS: dict[str, str] = {
     "base_model": "model.model_name_or_path",
     "output_name": "output.model_name",
 }
-# What a guide profile trains: a Hugging Face causal LM on text records.
-GUIDE_DEFAULTS: dict[str, Any] = {
-    "task.kind": "causal-lm",
-    "model.arch": "hf",
-    "data.dataset": "text",
-}
+
+
+def guide_defaults() -> dict[str, Any]:
+    """What a guide profile trains: the first registered task kind that fine-tunes a base
+    model (the built-in causal LM on text records), with the settings that kind needs."""
+    kind, entry = next((n, e) for n, e in TASKS.items() if e.base_model)
+    return {"task.kind": kind, **dict(s.split("=", 1) for s in entry.settings)}
+
+
 # TrainingArguments switches that map onto one field with a value.
 PRECISION_SWITCHES = {"bf16": "bf16", "fp16": "fp16"}
 
@@ -64,7 +68,7 @@ def from_guide_profile(data: dict[str, Any], label: str) -> dict[str, Any]:
     """The run-config dict for a guide-shaped file (unchanged if the file is not one)."""
     if not is_guide_profile(data):
         return data
-    flat: dict[str, Any] = dict(GUIDE_DEFAULTS)
+    flat: dict[str, Any] = guide_defaults()
     sections: dict[str, Any] = {}
     top_level = set(RunConfig.model_fields)
     for key, value in data.items():
