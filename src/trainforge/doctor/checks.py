@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from trainforge.doctor.facts import Facts
 from trainforge.hardware.jetson_wheels import wheel_row
+from trainforge.registry import TASKS
 
 if TYPE_CHECKING:
     from trainforge.config import RunConfig
@@ -456,7 +457,8 @@ def check_shm(ctx: Context) -> Finding:
 
 def _shm_need_bytes(config: RunConfig | None) -> int | None:
     """Batches in flight between loader workers and the trainer, in bytes (uint8 images)."""
-    if config is None or getattr(config.task, "kind", None) != "image-classification":
+    # Only a kind whose batches are images passes uint8 tensors between the workers.
+    if config is None or not TASKS.get(config.task.kind).images:
         return None
     from trainforge.config import image_shape
 

@@ -25,6 +25,7 @@ from trainforge.observe.report_data import (
 )
 from trainforge.observe.report_plots import Plot
 from trainforge.observe.report_timeline import timeline_svg
+from trainforge.registry import TASKS
 from trainforge.runfolder import RunFolder
 
 PLOTS_OFF = "plots off: matplotlib is not installed (pip install 'trainforge[track]')"
@@ -314,7 +315,10 @@ def balance_line(classes: ClassTable) -> str:
 
 def _classes_section(data: RunData, plots: list[Plot] | None, classes: ClassTable | None) -> str:
     if classes is None:
-        if data.config_value("task.kind") == "image-classification":
+        # Only a kind that classifies images writes per-class accuracy; a run folder may
+        # name a kind this install does not know (a plugin's), which writes none here.
+        kind = data.config_value("task.kind")
+        if kind in TASKS and TASKS.get(kind).images:
             data.notes.append(
                 "no eval/confusion.json: per-class accuracy needs the end of a classification run"
             )
