@@ -173,8 +173,9 @@ class ModelConfig(Section):
     init_from: str | None = Field(
         None,
         description="Start from another run's weights: a run folder (its final model, else its "
-        "best checkpoint), a checkpoint folder, an exported safetensors folder or a "
-        ".safetensors file; causal-lm: also a Hugging Face model or LoRA adapter folder. "
+        "verified best checkpoint, else its newest), a checkpoint folder, an exported "
+        "safetensors folder or a .safetensors file; causal-lm: also a Hugging Face model or "
+        "LoRA adapter folder. "
         "Matching tensors load, a classifier head of another size is re-initialised, the "
         "optimizer starts fresh. Not re-applied on --resume.",
     )
