@@ -90,7 +90,7 @@ TASKS.register(
         _causal_lm,
         base_model=True,
         scores_files=True,
-        metrics=("loss", "perplexity", "per", "wer"),
+        metrics=("loss", "accuracy", "perplexity", "per", "wer"),  # accuracy: next-token
         settings=("model.arch=hf", "data.dataset=text"),
     ),
 )
