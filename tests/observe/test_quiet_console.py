@@ -161,9 +161,10 @@ def test_causal_lm_run_with_trackers_prints_only_its_own_lines(tmp_path):
     args = [sys.executable, "-m", "trainforge", "train", str(REPO / "config/g2p_cmudict.yaml"),
             "--profile", "cpu", *sets(
                 f"model.model_name_or_path={tmp_path / 'models/tiny'}", "model.init_size=tiny",
-                "data.train_file=train.tsv", "data.validation_file=val.tsv",
-                "data.test_file=test.tsv", "training.max_steps=4", "schedule.warmup_steps=1",
-                "training.per_device_train_batch_size=16", "logging.logging_steps=2",
+                "data.options.train_file=train.tsv", "data.options.validation_file=val.tsv",
+                "data.options.test_file=test.tsv", "training.max_steps=4",
+                "schedule.warmup_steps=1", "training.per_device_train_batch_size=16",
+                "logging.logging_steps=2",
                 "evaluation.eval_steps=2", "checkpoint.save_steps=2",
                 "task.max_new_tokens=4", "training.gradient_checkpointing=true",
                 "logging.mlflow=true", "logging.wandb=true", "training.num_threads=1",
