@@ -64,7 +64,11 @@ def test_the_plan_command_saves_checkpoints_every_save_steps(project, monkeypatc
     monkeypatch.chdir(project)
     code, out, err = run_in_process(monkeypatch, capsys, *plan_command(10))
     assert code == 0, out[-3000:] + err
-    assert "creating base model models/tiny-g2p: random llama tiny" in out
+    # --data_file t.tsv is not the config's corpus: models/tiny-g2p stays that corpus's name
+    # and this run makes a base model of its own.
+    assert "base model models/tiny-g2p is kept for the config's corpus " in out
+    assert re.search(r"creating base model models/tiny-g2p-t-[0-9a-f]{8}: random llama tiny", out)
+    assert not (project / "models" / "tiny-g2p").exists()
     assert "train: 60 records" in out and "val: 8 records" in out and "test: 8 records" in out
     assert "done: finished after 10 steps" in out
     run = RunFolder(project / "runs" / "g2p_cmudict")
