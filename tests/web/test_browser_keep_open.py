@@ -17,18 +17,17 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from fakes.web import CPU, REPO, run_form, wait_for
-from web.test_browser import chromium, free_port
+from fakes.web import REPO, run_form, wait_for
+from web.test_browser import chromium
+from web.test_browser_pages import serve_project
 
 pytestmark = pytest.mark.browser
-FOLDER_TRAINER = [sys.executable, str(Path(__file__).resolve().parent / "folder_trainer.py")]
 RUN = "vit_digits"
 GPU_RUN = "with-gpu"
 OLD_RUN = "older"
@@ -91,26 +90,7 @@ def write_sweep(folder: Path, trial_run: Path) -> None:
 
 @pytest.fixture(scope="module")
 def served(project: Path):
-    import uvicorn
-
-    from trainforge.web.app import create_app
-    from trainforge.web.settings import WebSettings
-
-    settings = WebSettings(
-        root=project, fixture=CPU, train_command=FOLDER_TRAINER, poll_interval_s=0.1
-    )
-    app = create_app(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, timeout=120)
-    yield f"http://127.0.0.1:{port}", app.state.trainforge
-    state = app.state.trainforge
-    for record in state.registry.active():
-        state.runner.stop(record.id)
-    server.should_exit = True
-    thread.join(timeout=60)
+    yield from serve_project(project)
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.browser
 FOLDER_TRAINER = [sys.executable, str(Path(__file__).resolve().parent / "folder_trainer.py")]
 
 
-@pytest.fixture
-def served(project: Path):
+def serve_project(project: Path):
+    """The app on the stand-in trainer, served in this process on a free port: yields (its
+    URL, its state); stops the runs it still has and the server at the end."""
     import uvicorn
 
     from trainforge.web.app import create_app
@@ -44,6 +45,11 @@ def served(project: Path):
         state.runner.stop(record.id)
     server.should_exit = True
     thread.join(timeout=60)
+
+
+@pytest.fixture
+def served(project: Path):
+    yield from serve_project(project)
 
 
 def watch_failures(page) -> list[str]:
