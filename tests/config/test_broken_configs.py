@@ -165,6 +165,18 @@ CORPUS = [
         "data:\n  image_size: 64\n",
         "data.image_size = 64: cifar10 images are 32x32",
     ),
+    (
+        # nine nested aliases of nine: 9^9 strings once written out ("billion laughs");
+        # before the bound, the layering and validation of this value ran for hours
+        "alias-bomb",
+        "a.yaml",
+        "data:\n  options:\n    x: &a [l, l, l, l, l, l, l, l, l]\n"
+        + "".join(
+            f"    {b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n"
+            for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+        "its aliases stand for more than 100,000 values",
+    ),
 ]
 
 

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from trainforge import yamltext
 from trainforge.config.schema import OWNED_OPTIONS, RunConfig, flat_alias_types, owned_path
 from trainforge.errors import UserError
 from trainforge.registry import LOGGERS
@@ -113,13 +112,6 @@ class RunArgs:
     more_steps: int | None = None
 
 
-def _value(text: str) -> Any:
-    try:
-        return yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        return text
-
-
 def _is_bool(path: str) -> bool:
     return leaf_types().get(path) in (bool, bool | None)
 
@@ -202,7 +194,8 @@ def _one_flag(
                 args.more_steps = _more_steps(typed, value)
                 args.sources[fields[name]] = f"flag --{typed} {value.strip()}"
                 return i
-            _put(args, fields[name], value if text_field else _value(value), typed)
+            read = value if text_field else yamltext.value(value, f"--{typed}")
+            _put(args, fields[name], read, typed)
     else:
         close = difflib.get_close_matches(name, [*fields, *SPECIAL], n=1, cutoff=0.6)
         raise UserError(

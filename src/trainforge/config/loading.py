@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from trainforge import yamltext
 from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
 from trainforge.config.flags import flag_fields
@@ -83,7 +84,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"cannot read config file {path}: {err}", "check the file") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yamltext.load(text)
     except json.JSONDecodeError as err:
         raise UserError(
             f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}",
@@ -116,10 +117,7 @@ def parse_key_value(item: str, flag: str, example: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise UserError(f"{flag} {item!r} is not KEY=VALUE", f"write e.g. {flag} {example}")
-    try:
-        return key, yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
-        return key, value
+    return key, yamltext.value(value, f"{flag} {key}")
 
 
 def load(

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from trainforge import yamltext
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.runfolder import RunFolder
@@ -174,7 +175,7 @@ def _read_mapping(path: Path, notes: list[str]) -> dict[str, Any]:
         return {}
     try:
         text = path.read_text(encoding="utf-8")
-        value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        value = json.loads(text) if path.suffix == ".json" else yamltext.load(text)
     except (OSError, ValueError, yaml.YAMLError) as error:
         notes.append(f"{path.name} unreadable ({type(error).__name__}); left out")
         return {}

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from trainforge import yamltext
 from trainforge.errors import UserError
 from trainforge.registry import PROFILES
 
@@ -144,7 +145,7 @@ def _load_profile_file(path: Path) -> Profile:
             "check the path, or name a built-in profile (see `trainforge profiles`)",
         )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yamltext.load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"profile file {path}: cannot read it ({first})", "fix the file") from None

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from trainforge import yamltext
 from trainforge.errors import UserError
 
 KINDS = ("log_uniform", "uniform", "int", "log_int", "choice")
@@ -84,7 +85,7 @@ def read_space(path: Path) -> tuple[Space, list[str]]:
     """The space file's params and every problem of its shape (no schema yet)."""
     label = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamltext.load(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise UserError(
             f"--space {path}: cannot read it ({err.strerror})", "give a YAML file"
@@ -92,6 +93,8 @@ def read_space(path: Path) -> tuple[Space, list[str]]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None)  # PyYAML's marked errors name the problem
+        where += f": {problem}" if problem else ""
         raise UserError(
             f"{label}: not valid YAML{where}", "fix the file; see docs/sweeps.md"
         ) from None

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from trainforge import yamltext
 from trainforge.errors import UserError
 from trainforge.targets.spec import LOCAL, SECRET_KEYS, Target
 
@@ -46,7 +47,7 @@ def _raw(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yamltext.load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(

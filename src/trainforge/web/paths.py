@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
+from trainforge import yamltext
+from trainforge.errors import UserError
 from trainforge.web.settings import WebSettings
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -140,9 +140,9 @@ def override_problem(settings: WebSettings, item: str, field: str) -> str | None
     """The rule on one `KEY=VALUE` override (the dialog's box, a sweep's `--set`)."""
     key, _, text = item.partition("=")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        value = text
+        value = yamltext.value(text, f"{field} {key.strip()}")
+    except UserError as err:
+        return err.line()
     return setting_problem(settings, key.strip(), value, field)
 
 
