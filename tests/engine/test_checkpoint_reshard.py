@@ -109,3 +109,33 @@ def test_a_sharded_checkpoint_of_another_model_is_refused_in_one_line(tmp_path):
         _whole_from_dcp(registry(model, optimizer), tmp_path)
     assert "does not fit this model" in err.value.line() and "\n" not in err.value.line()
     assert "Size mismatch" in err.value.line()  # the cause, not the wrapper's name
+
+
+def test_read_weights_reads_a_sharded_model_whole_without_a_model(tmp_path):
+    """`evaluate`, `export` and `init_from` read a sharded checkpoint's weights this way: the
+    shapes and dtypes come from the checkpoint's own metadata, the optimizer is left out."""
+    from trainforge.engine import checkpoint as ckpt
+
+    model, optimizer = model_and_optimizer(0, fused=False)
+    train_step(model, optimizer, 1)
+    save_dcp(tmp_path / "dcp", model, optimizer)
+    read = ckpt.read_weights(tmp_path / "dcp")
+    assert read.keys() == model.state_dict().keys()
+    assert all(torch.equal(read[k], v) for k, v in model.state_dict().items())
+    # a checkpoint folder names its dcp/ when it has no model.safetensors, and the file when it does
+    assert ckpt.weights_path(tmp_path) == tmp_path / "dcp"
+    (tmp_path / ckpt.WEIGHTS).write_bytes(b"")
+    assert ckpt.weights_path(tmp_path) == tmp_path / ckpt.WEIGHTS
+
+
+def test_read_weights_of_damaged_shards_is_one_line(tmp_path):
+    from trainforge.engine import checkpoint as ckpt
+
+    model, optimizer = model_and_optimizer(0, fused=False)
+    save_dcp(tmp_path, model, optimizer)
+    for shard in tmp_path.glob("*.distcp"):
+        shard.write_bytes(b"not a shard")
+    with pytest.raises(UserError) as info:
+        ckpt.read_weights(tmp_path)
+    assert info.value.line().startswith(f"cannot read the sharded weights in {tmp_path}: ")
+    assert "\n" not in info.value.line()

@@ -2,7 +2,8 @@
 
 The digits ViT at batch 64 for 12 steps, logged every 2. A run stopped at step 6 continues
 to step 12 on another kind of run: FSDP2 on 2 processes -> 1 process, -> DDP on 2, -> FSDP2
-on 3, and DDP on 2 -> FSDP2 on 2. torch.distributed.checkpoint reads the sharded state whole
+on 3, and DDP on 2 -> FSDP2 on 2; `evaluate`, `export` and `model.init_from` read the sharded
+checkpoint on one process. torch.distributed.checkpoint reads the sharded state whole
 (one process reads it without a process group) or cuts the whole state into this run's
 shards. Each resume says `continued` with the reason, and every logged loss and the final
 weights agree with the uninterrupted one-process run to 1e-4 relative.
@@ -10,11 +11,13 @@ weights agree with the uninterrupted one-process run to 1e-4 relative.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 from tests.parallel.test_ddp import command, final_weights, records, run
 
 from fakes.weights import relative_difference
@@ -101,3 +104,37 @@ def test_a_ddp_run_continues_sharded(tmp_path, one_process):
     assert "continued: sharding none -> fsdp: " in line, line
     assert "FSDP2 (fully_shard)" in done.stdout
     assert_on_the_trajectory(one_process, tmp_path / "moved")
+
+
+@pytest.mark.dist
+def test_evaluate_export_and_init_from_read_a_sharded_checkpoint(fsdp_half, tmp_path):
+    """The trip home of a sharded run's checkpoint, without a resume: `evaluate`, `export`
+    and `model.init_from` read its `dcp/` whole on one process. The run stopped at the
+    checkpoint's step, so its final model (gathered whole) is the same weights."""
+    checkpoint = fsdp_half / "checkpoints" / f"checkpoint-{HALF}"
+    final = final_weights(fsdp_half.parent, fsdp_half.name)
+    trainforge = [sys.executable, "-m", "trainforge"]
+
+    shards = run([*trainforge, "evaluate", str(checkpoint), "--json", str(tmp_path / "a.json")])
+    assert shards.returncode == 0, shards.stderr[-2000:]
+    assert f"weights: checkpoint {checkpoint / 'dcp'}" in shards.stdout
+    whole = run([*trainforge, "evaluate", str(fsdp_half), "--json", str(tmp_path / "b.json")])
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    scored = [json.loads((tmp_path / n).read_text())["results"] for n in ("a.json", "b.json")]
+    assert scored[0].keys() == scored[1].keys() and scored[0]
+    for split, metrics in scored[0].items():
+        for name, value in metrics.items():
+            assert value == pytest.approx(scored[1][split][name], rel=1e-5), (split, name)
+
+    out = tmp_path / "export"
+    exported = run([*trainforge, "export", str(checkpoint), "-f", "safetensors", "-o", str(out)])
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    artefact = load_file(str(out / "safetensors" / "model.safetensors"))
+    assert artefact.keys() == final.keys()
+    assert relative_difference(final, artefact) == 0.0
+
+    started = run(
+        command(tmp_path, "from_shards", 1, 64, 1, "--set", f"model.init_from={checkpoint}")
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert f"init_from {checkpoint}: weights: checkpoint {checkpoint / 'dcp'}" in started.stdout

@@ -142,6 +142,57 @@ def weights_file(folder: Path) -> Path:
     return folder / WEIGHTS
 
 
+# The name of the model's part in the state registry, and so in `dcp/` (its tensors are keyed
+# "model.<parameter name>" there).
+MODEL_PART = "model"
+
+
+def weights_path(folder: Path) -> Path:
+    """Where checkpoint `folder` keeps its model weights: `model.safetensors`, or for an FSDP
+    run's checkpoint its `dcp/` folder (`read_weights` reads either)."""
+    file, shards = weights_file(folder), dcp_folder(folder)
+    return shards if not file.is_file() and shards.is_dir() else file
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The model weights at `path` whole, on the CPU, keyed by parameter name: a safetensors
+    file, or a sharded checkpoint's `dcp/` folder. The shards are read on one process without
+    a process group, into tensors shaped and typed as the checkpoint's own metadata says (no
+    model is needed), as `dcp.load` reads every shard of a tensor it is given whole. Raises
+    OSError or safetensors' error for a file it cannot read; a `dcp/` it cannot read is one
+    line."""
+    import torch
+    from safetensors.torch import load_file
+
+    if not path.is_dir():
+        return load_file(str(path))
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    prefix = f"{MODEL_PART}."
+    try:
+        saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        tensors = {
+            key.removeprefix(prefix): torch.empty(entry.size, dtype=entry.properties.dtype)
+            for key, entry in saved.items()
+            if key.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
+        }
+        with warnings.catch_warnings():
+            # One process reads without a process group, as meant; torch warns that it does.
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load({MODEL_PART: tensors}, checkpoint_id=str(path))
+    except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"cannot read the sharded weights in {path}: {first}", "pick another checkpoint"
+        ) from None
+    if not tensors:
+        raise UserError(f"{path} holds no model weights", "pick another checkpoint")
+    return tensors
+
+
 def config_file(folder: Path) -> Path:
     """The resolved run config saved in checkpoint `folder`."""
     return folder / CONFIG

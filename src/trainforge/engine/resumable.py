@@ -91,7 +91,7 @@ def state_registry(
         def model_fits(folder: Path, saved: Any) -> None:
             ckpt.check_model_fits(folder, saved, model.state_dict(), model_settings)
 
-    registry.register("model", ModelState(model, sharded), weights=True, sharded=True,
+    registry.register(ckpt.MODEL_PART, ModelState(model, sharded), weights=True, sharded=True,
                       check=model_fits)  # fmt: skip
     registry.register("optimizer", OptimizerState(model, optimizer, sharded), sharded=True)
     registry.register("scheduler", ScheduleState(scheduler))

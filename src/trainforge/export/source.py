@@ -18,7 +18,6 @@ import torch
 import yaml
 from pydantic import ValidationError
 from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from trainforge.config.schema import RunConfig, TaskConfig
 from trainforge.engine import checkpoint as ckpt
@@ -96,7 +95,7 @@ def _from_checkpoint(folder: Path, run_dir: Path) -> Source:
     if problem:
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     ckpt.check_format(folder, ckpt.read_meta(folder))
-    return _read(folder, run_dir, ckpt.weights_file(folder), ckpt.config_file(folder))
+    return _read(folder, run_dir, ckpt.weights_path(folder), ckpt.config_file(folder))
 
 
 def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Source:
@@ -118,7 +117,7 @@ def _read(given: Path, run_dir: Path, weights: Path, config_file: Path) -> Sourc
             "export a run made by this version of trainforge",
         ) from None
     try:
-        state = load_file(str(weights))
+        state = ckpt.read_weights(weights)
     except (OSError, SafetensorError) as err:
         raise UserError(
             f"cannot read weights {weights}: {err}", "pick another checkpoint"

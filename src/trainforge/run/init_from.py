@@ -99,12 +99,9 @@ def _checkpoint(value: str, folder: Path, kind: str) -> InitSource:
     problem = ckpt.verify(folder)
     if problem:
         raise UserError(f"model.init_from {value}: checkpoint {folder}: {problem}", HOW)
-    if not (folder / WEIGHTS).is_file():  # FSDP checkpoints keep sharded weights
-        raise UserError(
-            f"model.init_from {value}: checkpoint {folder} holds sharded weights",
-            "pass the run folder (its final model) instead",
-        )
-    return InitSource(value, kind, folder / WEIGHTS, ckpt.read_meta(folder).get("config_hash"))
+    # an FSDP run's checkpoint keeps its weights as shards in dcp/, read whole here
+    path = ckpt.weights_path(folder)
+    return InitSource(value, kind, path, ckpt.read_meta(folder).get("config_hash"))
 
 
 def _exported(value: str, folder: Path) -> InitSource:
@@ -186,9 +183,7 @@ def prepare(model: Any, config: RunConfig, source: InitSource | None) -> list[st
 
 def load_weights(model: Any, source: InitSource) -> list[str]:
     """Load matching tensors; a head of another shape stays re-initialised."""
-    from safetensors.torch import load_file
-
-    saved = load_file(str(source.path))
+    saved = ckpt.read_weights(source.path)
     current = model.state_dict()
     head = getattr(model, "classifier_name", None)
 

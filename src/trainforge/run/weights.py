@@ -41,7 +41,8 @@ FILE = "weights file"
 
 @dataclass(frozen=True)
 class RunWeights:
-    """The weights a path means: `kind` (one of the names above), the safetensors `file`,
+    """The weights a path means: `kind` (one of the names above), the safetensors `file` (a
+    sharded checkpoint's `dcp/` folder: `engine.checkpoint.read_weights` reads both),
     the `folder` holding it (a checkpoint folder, or the run folder for its final model) and
     the run it belongs to (None: a checkpoint or file outside a run)."""
 
@@ -84,7 +85,7 @@ def run_weights(path: Path) -> RunWeights | None:
     if path.is_file():
         return RunWeights(path, FILE, path, path.parent, None)
     if (path / ckpt.MANIFEST).is_file():
-        return RunWeights(path, CHECKPOINT, ckpt.weights_file(path), path, run_of(path))
+        return RunWeights(path, CHECKPOINT, ckpt.weights_path(path), path, run_of(path))
     if not path.is_dir() or not is_run(path):
         return None
     run = RunFolder(path)
@@ -92,10 +93,10 @@ def run_weights(path: Path) -> RunWeights | None:
         return RunWeights(path, FINAL, run.model, path, path)
     best = run.checkpoints / ckpt.best_name()
     if best.is_dir() and ckpt.verify(best) is None:
-        return RunWeights(path, BEST, ckpt.weights_file(best), best, path)
+        return RunWeights(path, BEST, ckpt.weights_path(best), best, path)
     newest = ckpt.latest(run.checkpoints)
     if newest is not None:
-        return RunWeights(path, NEWEST, ckpt.weights_file(newest.path), newest.path, path)
+        return RunWeights(path, NEWEST, ckpt.weights_path(newest.path), newest.path, path)
     raise UserError(
         f"run folder {path} has no {run.model.name} and no usable checkpoint",
         "train it first (trainforge train CONFIG) or pass a checkpoint folder",
