@@ -420,7 +420,7 @@ def evaluate_cmd(
     num_threads: Annotated[int | None, typer.Option("--num_threads", help="CPU threads.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
 ) -> None:
-    """Score a run's model (final, else best, else newest checkpoint) on its whole splits or a file."""
+    """Score a run's model (final, else best, else newest checkpoint) on its splits or a file."""
     from trainforge import evaluate as ev
 
     if split not in ("val", "test", "all"):
