@@ -44,6 +44,9 @@ def test_one_probe_asks_about_every_job_and_its_answer_is_split_per_job():
             {"interrupted": True, "signal": "SIGTERM"},
             ("stopped", "SIGTERM: checkpoint saved"),
         ),
+        # the Stop lands as the run finishes: Slurm says cancelled, the run completed
+        ("stopping", None, ["CANCELLED", "0:15"], {"interrupted": False}, ("completed", "")),
+        ("stopping", None, ["CANCELLED", "0:9"], None, ("failed", "cancelled (exit 0:9)")),
         ("running", None, ["FAILED", "1:0"], None, ("failed", "failed (exit 1:0)")),
         ("running", None, ["NODE_FAIL", "0:0"], None, ("failed", "node_fail (exit 0:0)")),
         ("queued", None, None, None, ("queued", "")),

@@ -112,6 +112,10 @@ def state_of(
         stopped = bool(summary and summary.get("interrupted"))
         if slurm == "COMPLETED" and not stopped:
             return "completed", ""
+        # A Stop that lands as the run finishes: scancel makes the job CANCELLED, yet the run
+        # wrote its summary uninterrupted (its final model is saved), so it completed.
+        if record.state == "stopping" and summary is not None and not stopped:
+            return "completed", ""
         if stopped:
             return "stopped", f"{summary.get('signal') or 'stopped'}: checkpoint saved"
         return "failed", f"{slurm.lower()} (exit {code})" if code else slurm.lower()
