@@ -179,3 +179,36 @@ def test_compare_picks_the_two_newest_runs_or_a_sweeps_best_trials(make_client, 
     assert picked("/compare?sweep=nothing") == []
     trial = client.get("/runs/search/trial-001")  # a trial's page: managed with its sweep
     assert trial.status_code == 200 and 'id="manage-form"' not in trial.text
+
+
+def test_an_export_still_running_ends_with_the_server_and_its_log_says_so(project, monkeypatch):
+    import subprocess
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from fakes.web import CPU
+    from trainforge.web import artefacts
+    from trainforge.web.app import create_app
+    from trainforge.web.settings import WebSettings
+
+    folder = cli_folder(project, "finished")
+    folder.summary.write_text(json.dumps({"interrupted": False}))
+    folder.model.write_bytes(b"weights")  # a final model: Export is offered
+    real, started = subprocess.Popen, []
+
+    def export_that_never_ends(command, **options):
+        assert command[3:5] == ["export", "runs/finished"]
+        started.append(real([sys.executable, "-c", "import time; time.sleep(600)"], **options))
+        return started[-1]
+
+    monkeypatch.setattr(artefacts.subprocess, "Popen", export_that_never_ends)
+    settings = WebSettings(root=project, fixture=CPU)
+    with TestClient(create_app(settings)) as client:
+        answer = client.post("/api/runs/finished/export", json={"formats": ["onnx"]})
+        assert answer.status_code == 202, answer.text
+        assert client.get("/api/runs/finished/export").json()["running"] is True
+    (process,) = started
+    assert process.poll() is not None  # ended when the server stopped, not left writing
+    log = (settings.logs_path / "finished.export.log").read_text()
+    assert log.endswith("export stopped: the server stopped; start it again from the run's page\n")

@@ -133,6 +133,7 @@ def create_app(
         yield
         state.system.close()
         state.targets.close()
+        artefacts.stop_exports()
 
     app = FastAPI(
         title="trainforge",

@@ -7,7 +7,8 @@ temporary file in a worker thread and removed once sent.
 Export runs `trainforge export RUN -f FORMAT ...` as a subprocess, as the app runs training:
 the export loads torch and onnxruntime and takes seconds to minutes, which must not happen in
 the server's process or block its event loop. One export per run at a time; its output goes
-to a log under the app's data folder, and what it wrote is read back from the artifacts'
+to a log under the app's data folder (an export still running when the server stops ends
+with it: `stop_exports`), and what it wrote is read back from the artifacts'
 `summary.json` files under the run's export folder (size, metric, batch-1 latency and, for
 ONNX, the `trtexec` lines that build TensorRT engines).
 """
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +40,36 @@ router = APIRouter(prefix="/api")
 FORMATS = ("onnx", "int8", "pruned")
 # Enough timed calls for a stable median on a small model, few enough to answer in seconds.
 LATENCY_RUNS = 20
-_EXPORTS: dict[Path, subprocess.Popen] = {}  # by run folder: one export per run at a time
 _LOCK = threading.Lock()
+# Seconds an export has to end on SIGTERM when the server stops, before it is killed.
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class _Export:
+    process: subprocess.Popen
+    log: Path
+
+
+_EXPORTS: dict[Path, _Export] = {}  # by run folder: one export per run at a time
+
+
+def stop_exports() -> None:
+    """At server stop: an export still running ends with the server, and its log says so.
+    It is seconds to minutes of work that the run's page starts again, and left running it
+    would write artifacts that no page follows (the next server knows nothing of it)."""
+    with _LOCK:
+        running = [e for e in _EXPORTS.values() if e.process.poll() is None]
+    for export in running:
+        export.process.terminate()
+    for export in running:
+        try:
+            export.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            export.process.kill()
+            export.process.wait()
+        with export.log.open("a") as out:
+            out.write("export stopped: the server stopped; start it again from the run's page\n")
 
 
 class ExportRequest(BaseModel):
@@ -129,7 +159,8 @@ def artifacts(folder: RunFolder) -> list[dict[str, Any]]:
 
 def _status(state: AppState, record: RunRecord) -> dict[str, Any]:
     with _LOCK:
-        process = _EXPORTS.get(state.settings.run_folder(record.id).path)
+        export = _EXPORTS.get(state.settings.run_folder(record.id).path)
+    process = export.process if export is not None else None
     running = process is not None and process.poll() is None
     code = None if process is None or running else process.returncode
     return {
@@ -162,16 +193,17 @@ def start_export(request: Request, run_id: str, body: ExportRequest) -> dict[str
     command += ["--latency-runs", str(LATENCY_RUNS)]
     key = state.settings.run_folder(record.id).path
     with _LOCK:
-        process = _EXPORTS.get(key)
-        if process is not None and process.poll() is None:
+        export = _EXPORTS.get(key)
+        if export is not None and export.process.poll() is None:
             raise HTTPException(409, f"an export of run {record.id} is running; wait for it")
         log = _log(state, record.id)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
             out.write(f"$ trainforge export {' '.join(command[4:])}\n")
             out.flush()
-            _EXPORTS[key] = subprocess.Popen(
+            process = subprocess.Popen(
                 command, cwd=state.settings.root, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
+            _EXPORTS[key] = _Export(process, log)
     return _status(state, record)
