@@ -38,7 +38,9 @@ built-in profile < environment (the trackers' own variables) < run config file <
 command-line flags (`--max_steps`, `--batch_size`, `--set a.b=value`, ...). The plan (micro-batch,
 accumulation, learning rate, precision, device) is resolved from them before the run: see
 [recipe.md](recipe.md). `trainforge config show FILE` prints every resolved value with its
-source. Unknown keys are errors with a did-you-mean suggestion.
+source. Unknown keys are errors with a did-you-mean suggestion. YAML anchors and aliases
+work in a config file and in `--set`; a value whose aliases stand for more than 100,000
+values once written out (the "billion laughs" document) is refused in one line.
 
 Names follow Hugging Face `TrainingArguments` where one exists
 (`per_device_train_batch_size`, `gradient_accumulation_steps`, `max_grad_norm`, ...).
