@@ -119,7 +119,7 @@ def test_evaluate_export_and_init_from_read_a_sharded_checkpoint(fsdp_half, tmp_
     assert shards.returncode == 0, shards.stderr[-2000:]
     assert f"weights: checkpoint {checkpoint / 'dcp'}" in shards.stdout
     scored = json.loads((tmp_path / "a.json").read_text())
-    assert scored["step"] == HALF and scored["results"]["val"]["accuracy"] > 0.0
+    assert scored["step"] == HALF and scored["results"]["validation"]["accuracy"] > 0.0
 
     # the weights read are the run's own, to the bit: the export writes what it read
     out = tmp_path / "export"
