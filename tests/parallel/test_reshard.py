@@ -109,7 +109,7 @@ def test_a_ddp_run_continues_sharded(tmp_path, one_process):
 @pytest.mark.dist
 def test_evaluate_export_and_init_from_read_a_sharded_checkpoint(fsdp_half, tmp_path):
     """The trip home of a sharded run's checkpoint, without a resume: `evaluate`, `export`
-    and `model.init_from` read its `dcp/` whole on one process. The run stopped at the
+    and `model.init_from` read its `dcp/` whole, each process alone. The run stopped at the
     checkpoint's step, so its final model (gathered whole) is the same weights."""
     checkpoint = fsdp_half / "checkpoints" / f"checkpoint-{HALF}"
     final = final_weights(fsdp_half.parent, fsdp_half.name)
@@ -129,8 +129,9 @@ def test_evaluate_export_and_init_from_read_a_sharded_checkpoint(fsdp_half, tmp_
     assert artefact.keys() == final.keys()
     assert relative_difference(final, artefact) == 0.0
 
+    # on two DDP processes: each rank reads the shards alone inside its process group
     started = run(
-        command(tmp_path, "from_shards", 1, 64, 1, "--set", f"model.init_from={checkpoint}")
+        command(tmp_path, "from_shards", 2, 64, 1, "--set", f"model.init_from={checkpoint}")
     )
     assert started.returncode == 0, started.stderr[-2000:]
     assert f"init_from {checkpoint}: weights: checkpoint {checkpoint / 'dcp'}" in started.stdout

@@ -156,8 +156,8 @@ def weights_path(folder: Path) -> Path:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The model weights at `path` whole, on the CPU, keyed by parameter name: a safetensors
-    file, or a sharded checkpoint's `dcp/` folder. The shards are read on one process without
-    a process group, into tensors shaped and typed as the checkpoint's own metadata says (no
+    file, or a sharded checkpoint's `dcp/` folder. The shards are read by this process alone,
+    into tensors shaped and typed as the checkpoint's own metadata says (no
     model is needed), as `dcp.load` reads every shard of a tensor it is given whole. Raises
     OSError or safetensors' error for a file it cannot read; a `dcp/` it cannot read is one
     line."""
@@ -180,9 +180,10 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             if key.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
         }
         with warnings.catch_warnings():
-            # One process reads without a process group, as meant; torch warns that it does.
+            # Each process reads alone (no_dist), also inside a process group (a DDP run's
+            # init_from on every rank): no collective to wait on; torch warns that it does.
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-            dcp.load({MODEL_PART: tensors}, checkpoint_id=str(path))
+            dcp.load({MODEL_PART: tensors}, checkpoint_id=str(path), no_dist=True)
     except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(
