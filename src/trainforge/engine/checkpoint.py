@@ -700,7 +700,6 @@ def load_checkpoint(
 
     The model state is None for a sharded checkpoint (weights in `dcp/`)."""
     import torch
-    from safetensors.torch import load_file
 
     if not folder.is_dir():
         raise UserError(f"checkpoint {folder} not found", "pass a folder under RUN/checkpoints/")
@@ -709,7 +708,7 @@ def load_checkpoint(
         raise UserError(f"checkpoint {folder} is not usable: {problem}", "pick another checkpoint")
     check_format(folder, read_meta(folder))
     sharded = dcp_folder(folder).is_dir()
-    model_state = None if sharded else load_file(str(folder / WEIGHTS))
+    model_state = None if sharded else read_weights(weights_file(folder))
     try:
         state = torch.load(folder / STATE, map_location="cpu", weights_only=True)
     except Exception as err:  # weights_only refuses anything that is not plain data
