@@ -1,12 +1,20 @@
 """A corpus of broken configs: each gives one clear line, exit 2, in under 1 s, no data read.
 
-Every case runs the real command in a subprocess. `validate` checks the message; `train`
-checks that nothing is written (no run folder) and that it fails before loading data.
+Every case runs the real entry point (`cli.main`) in this process. `validate` checks the
+message; `train` checks that nothing is written (no run folder). That neither loads torch or
+a data library is a property of a fresh process, so one child runs every case in turn and
+reports what each had imported.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
+
+from fakes.in_process import REPO, run_main
 
 # (case name, file name, file text, text the one-line error must contain)
 CORPUS = [
@@ -185,53 +193,80 @@ def test_corpus_is_large_enough():
     assert len({c[0] for c in CORPUS}) == len(CORPUS)
 
 
-# "Fast, no data read" shown by what the command imported, not by a wall clock that a loaded
-# machine stretches: Python lists every import on stderr with this variable set.
-IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}
 HEAVY = {"torch", "torchvision", "transformers", "sklearn", "PIL"}
+TRAIN_CASES = {"misspelt-lr", "fp16-on-cpu", "bad-dataset", "heads-not-dividing"}
 
 
-def _split_imports(stderr: str) -> tuple[list[str], set[str]]:
-    """(the command's own stderr lines, top-level modules it imported)."""
-    imported, lines = set(), []
-    for line in stderr.splitlines():
-        if line.startswith("import time:"):
-            imported.add(line.rsplit("|", 1)[-1].strip().split(".")[0])
-        elif line.strip():
-            lines.append(line)
-    return lines, imported
+def validate_args(path) -> list[str]:
+    text = path.read_text()
+    return ["validate", str(path)] + ([] if "profile" in text else ["--profile", "cpu"])
+
+
+def train_args(tmp_path, name, text) -> list[str]:
+    path = tmp_path / name
+    path.write_text(text + "output:\n  dir: " + str(tmp_path / "runs") + "\n")
+    return ["train", str(path), "--profile", "cpu"]
 
 
 @pytest.mark.parametrize(("case", "name", "text", "expected"), CORPUS, ids=[c[0] for c in CORPUS])
-def test_validate_reports_one_line(tmp_path, cli, case, name, text, expected):
+def test_validate_reports_one_line(tmp_path, case, name, text, expected):
     path = tmp_path / name
     path.write_text(text)
-    args = ["validate", str(path)] + ([] if "profile" in text else ["--profile", "cpu"])
-    result = cli(*args, env=IMPORT_TIMES)
-    lines, imported = _split_imports(result.stderr)
+    result = run_main(*validate_args(path))
+    lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1, lines
     assert expected in lines[0]
     assert str(path) in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
-    assert not HEAVY & imported  # answered before torch or any data library loads
 
 
 @pytest.mark.parametrize(
-    ("case", "name", "text", "expected"),
-    [
-        c
-        for c in CORPUS
-        if c[0] in {"misspelt-lr", "fp16-on-cpu", "bad-dataset", "heads-not-dividing"}
-    ],
+    ("case", "name", "text", "expected"), [c for c in CORPUS if c[0] in TRAIN_CASES]
 )
-def test_train_fails_before_touching_data(tmp_path, cli, case, name, text, expected):
-    path = tmp_path / name
-    path.write_text(text + "output:\n  dir: " + str(tmp_path / "runs") + "\n")
-    result = cli("train", str(path), "--profile", "cpu", env=IMPORT_TIMES)
-    lines, imported = _split_imports(result.stderr)
+def test_train_fails_before_touching_data(tmp_path, case, name, text, expected):
+    result = run_main(*train_args(tmp_path, name, text))
+    lines = result.stderr.strip().splitlines()
     assert result.returncode == 2
     assert len(lines) == 1 and expected in lines[0], lines
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists()
-    assert not HEAVY & imported  # no data set or model library was even loaded
+
+
+# Each case in turn through `cli.main` in one fresh interpreter; after each, the top-level
+# modules loaded so far. A case that loads one shows it there (later cases show it too).
+CHILD = """
+import json, sys
+from trainforge import cli
+seen = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["trainforge", *argv]
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        code = exit_.code
+    seen.append([code, sorted({name.split(".")[0] for name in sys.modules})])
+print(json.dumps(seen))
+"""
+
+
+def test_no_case_loads_torch_or_a_data_library(tmp_path):
+    """The process boundary is what this tests: a fresh interpreter's imports."""
+    runs = []
+    for case, name, text, _ in CORPUS:
+        folder = tmp_path / case
+        folder.mkdir()
+        (folder / name).write_text(text)
+        runs.append((case, validate_args(folder / name)))
+        if case in TRAIN_CASES:
+            runs.append((f"train {case}", train_args(folder, name, text)))
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps([argv for _, argv in runs])],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    seen = json.loads(child.stdout.strip().splitlines()[-1])
+    assert len(seen) == len(runs) == len(CORPUS) + len(TRAIN_CASES)
+    for (case, _), (code, imported) in zip(runs, seen, strict=True):
+        assert code == 2, case
+        assert not HEAVY & set(imported), case  # answered before torch or any data library
