@@ -32,6 +32,16 @@ def run_sweep(cwd: Path, args: list[str], timeout: float = 900) -> subprocess.Co
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def refuse_sweep(cwd: Path, args: list[str]):
+    """The `sweep_args` command through `cli.main()` in this process (`run_main`): a sweep
+    refused before its first trial costs no interpreter start-up. Trials still run as the
+    sweep's own child processes."""
+    from fakes.in_process import run_main
+
+    assert args[:3] == [sys.executable, "-m", "trainforge"], args
+    return run_main(*args[3:], cwd=cwd)
+
+
 def load_study(folder: Path):
     """The study as a plain Optuna client reads it from the journal."""
     import optuna

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fakes.sweeps import load_study, run_sweep, sweep_args
+from fakes.sweeps import load_study, refuse_sweep, run_sweep, sweep_args
 
 SPACE = (
     "params:\n  model.embedding_dim: {choice: [16, 128]}\n  model.num_layers: {choice: [1, 4]}\n"
@@ -62,7 +62,7 @@ def test_an_edge_sweep_as_a_slurm_array_passes_its_objectives_to_every_task(tmp_
     args = sweep_args(space_file(SPACE), 4, "edge", "--objective", "accuracy:max",
                       "--objective", "latency_ms:min", "--export-format", "int8",
                       "--slurm", "--time", "00:10:00")  # fmt: skip
-    done = run_sweep(tmp_path, args)
+    done = refuse_sweep(tmp_path, args)
     assert done.returncode == 0, done.stderr
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("exec python")]
     assert (
@@ -83,7 +83,7 @@ def test_an_edge_sweep_as_a_slurm_array_passes_its_objectives_to_every_task(tmp_
     ],
 )  # fmt: skip
 def test_objectives_that_cannot_run_are_refused_in_one_line(tmp_path, space_file, extra, said):
-    done = run_sweep(tmp_path, sweep_args(space_file(SPACE), 2, "edge", *extra))
+    done = refuse_sweep(tmp_path, sweep_args(space_file(SPACE), 2, "edge", *extra))
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert said in line

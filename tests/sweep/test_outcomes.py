@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fakes.sweeps import load_study, run_sweep, sweep_args
+from fakes.sweeps import load_study, refuse_sweep, run_sweep, sweep_args
 
 SPACE = "params:\n  optimizer.learning_rate: {log_uniform: [1.0e-3, 3.0e-3]}\n"
 SMALL = ["--set", "model.num_layers=1", "--set", "model.embedding_dim=32"]
@@ -23,7 +23,7 @@ def test_a_sweep_in_which_every_trial_failed_exits_1_with_one_line(tmp_path, spa
     space = space_file(SPACE)
     args = sweep_args(space, 2, "fails", "--set", "data.dataset=image-folder",
                       "--set", "data.root=nowhere", "--max_steps", "5")  # fmt: skip
-    done = run_sweep(tmp_path, args)
+    done = refuse_sweep(tmp_path, args)
     assert done.returncode == 1, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("sweep runs/fails: 0 of 2 trials completed: 2 failed (")
@@ -40,7 +40,7 @@ def test_trials_that_would_never_validate_are_refused_before_the_first(tmp_path,
     args = sweep_args(space, 2, "blind", "--set", "checkpoint.save_best=false")
     at = args.index("evaluation.eval_steps=5")
     args[at] = "evaluation.eval_steps=null"
-    done = run_sweep(tmp_path, args)
+    done = refuse_sweep(tmp_path, args)
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "no trial would validate, so none would report accuracy" in line
@@ -50,7 +50,7 @@ def test_trials_that_would_never_validate_are_refused_before_the_first(tmp_path,
 
 def test_more_trials_than_a_finite_space_has_points_are_refused(tmp_path, space_file):
     space = space_file("params:\n  model.embedding_dim: {choice: [16, 32]}\n")
-    done = run_sweep(tmp_path, sweep_args(space, 3, "small"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 3, "small"))
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "--trials 3: the space has 2 distinct points" in line and "--trials 2" in line
@@ -58,7 +58,7 @@ def test_more_trials_than_a_finite_space_has_points_are_refused(tmp_path, space_
 
 
 def test_plus_n_needs_a_sweep_to_extend(tmp_path, space_file):
-    done = run_sweep(tmp_path, sweep_args(space_file(SPACE), "+2", "none"))
+    done = refuse_sweep(tmp_path, sweep_args(space_file(SPACE), "+2", "none"))
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "--trials +2: runs/none holds no sweep to extend; give --trials 2" in line

@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-from fakes.sweeps import DIGITS, TINY, run_sweep, sweep_args
+from fakes.sweeps import DIGITS, TINY, refuse_sweep, run_sweep, sweep_args
 from trainforge.sweep.space import LR_PRESETS, parse_space, set_flags, yaml_scalar
 
 
@@ -20,7 +20,7 @@ def test_a_bad_space_is_refused_in_one_pass_and_nothing_is_written(tmp_path, spa
         "  model.num_layers: {uniform: [1, 3]}\n"  # fractions for a whole-number field
         "  schedule.warmup_epochs: {log_uniform: [0, 5]}\n"  # log range at 0
     )
-    done = run_sweep(tmp_path, sweep_args(space, 2, "bad"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 2, "bad"))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert "Traceback" not in done.stderr
@@ -40,7 +40,7 @@ def test_a_bad_space_is_refused_in_one_pass_and_nothing_is_written(tmp_path, spa
 def test_a_value_the_cross_field_rules_refuse_is_caught_before_any_trial(tmp_path, space_file):
     # 4 heads cannot split an embedding of 66.
     space = space_file("params:\n  model.embedding_dim: {choice: [64, 66]}\n")
-    done = run_sweep(tmp_path, sweep_args(space, 2, "heads"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 2, "heads"))
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "model.embedding_dim = 66 is refused" in line and "num_heads" in line
@@ -57,7 +57,7 @@ def test_an_entrys_options_are_searched_by_their_paths_and_misspellings_are_name
         "  optimizer.args.adam_beta3: {choice: [0.99, 0.999]}\n"  # misspelt
         "  data.options.val_fraction: {uniform: [0.1, 1.5]}\n"  # over 1: refused
     )
-    done = run_sweep(tmp_path, sweep_args(space, 2, "options"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 2, "options"))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert any("params.optimizer.args.adam_beta3: unknown field; did you mean "
@@ -114,10 +114,10 @@ def test_drawn_values_reach_the_trial_exactly(value):
 
 def test_the_train_flags_and_the_metric_must_validate_too(tmp_path, space_file):
     space = space_file("lr: fine-tuning\n")
-    done = run_sweep(tmp_path, sweep_args(space, 2, "flags", "--max_stepz", "3"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 2, "flags", "--max_stepz", "3"))
     assert done.returncode == 2 and "max_steps" in done.stderr
     # perplexity is a causal-lm metric: the digits config cannot report it
-    done = run_sweep(tmp_path, sweep_args(space, 2, "metric", "--metric", "perplexity"))
+    done = refuse_sweep(tmp_path, sweep_args(space, 2, "metric", "--metric", "perplexity"))
     assert done.returncode == 2 and "perplexity" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists()
