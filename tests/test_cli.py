@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fakes.cli_args import DIGITS_TINY
-from fakes.in_process import run_in_process
+from fakes.in_process import run_in_process, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,11 +129,11 @@ def test_cifar10_missing_offline_is_one_line(tmp_path, monkeypatch, capsys):
     ],
     ids=["missing-file", "bad-yaml", "unknown-profile", "unknown-dataset", "unknown-model"],
 )
-def test_user_errors_are_one_line_and_write_nothing(tmp_path, cli, text, expected):
+def test_user_errors_are_one_line_and_write_nothing(tmp_path, text, expected):
     path = tmp_path / "run.yaml"
     if text is not None:
         path.write_text(text + f"output:\n  dir: {tmp_path / 'runs'}\n")
-    result = cli("train", str(path), cwd=tmp_path)
+    result = run_main("train", str(path), cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
@@ -141,35 +141,35 @@ def test_user_errors_are_one_line_and_write_nothing(tmp_path, cli, text, expecte
     assert sorted(p.name for p in tmp_path.iterdir()) == (["run.yaml"] if text else [])
 
 
-def test_info_commands(cli, tmp_path):
-    detect = cli("detect")
+def test_info_commands(cli):
+    detect = run_main("detect")
     assert detect.returncode == 0 and "profile (auto): cpu" in detect.stdout
-    profiles = cli("profiles")
+    profiles = run_main("profiles")
     for name in ("cpu", "jetson-orin", "workstation-24gb", "dgx-spark", "hpc-a100"):
         assert name in profiles.stdout
-    shown = cli("profiles", "show", "jetson-orin")
+    shown = run_main("profiles", "show", "jetson-orin")
     assert "micro_batch_size: 16" in shown.stdout
     assert "training-pipeline assets README" in shown.stdout
-    unknown = cli("profiles", "show", "jetson-orn")
+    unknown = run_main("profiles", "show", "jetson-orn")
     assert unknown.returncode == 2 and "did you mean jetson-orin" in unknown.stderr
-    show = cli("config", "show", "config/vit_digits.yaml", "--set", "training.seed=5")
+    show = run_main("config", "show", "config/vit_digits.yaml", "--set", "training.seed=5")
     lines = {line.split()[0]: line for line in show.stdout.splitlines() if line[0] != "#"}
     assert "file config/vit_digits.yaml" in lines["model.embedding_dim"]
     assert "flag --set training.seed" in lines["training.seed"]
     assert "profile cpu" in lines["data.pin_memory"]
     assert "default" in lines["optimizer.args.adam_beta1"]
-    version = cli("--version")
+    version = run_main("--version")
     assert version.returncode == 0 and version.stdout.startswith("trainforge ")
-    module = cli("--help")
+    module = cli("--help")  # a child: `python -m trainforge` itself is what this line tests
     assert module.returncode == 0 and "validate" in module.stdout
 
 
-def test_jetson_wheel_command(cli):
+def test_jetson_wheel_command():
     fixture = REPO / "tests" / "hardware" / "fixtures" / "jetson-orin-jp6"
-    shown = cli("jetson-wheel", "--root", str(fixture))
+    shown = run_main("jetson-wheel", "--root", str(fixture))
     assert shown.returncode == 0, shown.stderr
     assert "JetPack: 6.0" in shown.stdout and "--index-url" in shown.stdout
-    off = cli("jetson-wheel")
+    off = run_main("jetson-wheel")
     assert off.returncode == 2 and "--jetpack" in off.stderr
     assert len(off.stderr.strip().splitlines()) == 1
 
