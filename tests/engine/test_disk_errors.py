@@ -79,7 +79,7 @@ def test_refused_report_and_export_writes_are_one_line_and_keep_what_was_there(
     from trainforge.observe import report
 
     run_dir = tmp_path / "vit_digits"
-    status, _out, err = train(monkeypatch, capsys, tmp_path, 2)
+    status, _out, err = train(monkeypatch, capsys, tmp_path, 2, "--set", "logging.report=true")
     assert status == 0, err
     page = (run_dir / "report.html").read_bytes()
 

@@ -46,6 +46,7 @@ def train_digits(out_dir: Path, epochs: int = EPOCHS, name: str = "digits") -> P
         "logging.mlflow=false",  # export reads neither; the GPU suite needs no tracking extra
         "logging.wandb=false",
         "logging.progress_bar=false",
+        "logging.report=false",  # the report tests draw their own from this run
         "training.num_threads=1",
     ]
     platform = detect()

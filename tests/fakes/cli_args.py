@@ -1,5 +1,6 @@
 """Command-line arguments of a tiny digits run that checkpoints every 2 steps, shared by the
-tests that train through the real `trainforge train`."""
+tests that train through the real `trainforge train`. It draws no report (`logging.report`):
+a test that reads one adds `--set logging.report=true`."""
 
 from __future__ import annotations
 
@@ -13,4 +14,5 @@ DIGITS_TINY = [
     "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
     "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
     "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
+    "--set", "logging.report=false",  # drawn only where a test reads it
 ]  # fmt: skip

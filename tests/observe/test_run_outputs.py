@@ -27,6 +27,7 @@ TINY_DIGITS = {
     "logging.progress_bar": "false",
     "hardware.telemetry": "false",
     "checkpoint.save_every_epochs": "null",
+    "logging.report": "false",  # drawn only where a test reads it
 }
 
 
@@ -160,7 +161,8 @@ def test_the_digits_run_on_a_cpu_reports_mfu_against_the_measured_peak(tmp_path,
     ],
 )
 def test_report_is_written_at_the_end_of_every_run(tmp_path, name, sets, stop, capsys):
-    summary = train_digits(tmp_path, name, **{"logging.logging_steps": 1, **sets})
+    sets = {"logging.logging_steps": 1, "logging.report": "true", **sets}
+    summary = train_digits(tmp_path, name, **sets)
     run = tmp_path / name
     assert stop in summary.stop_reason
     report = run / "report.html"
@@ -174,3 +176,14 @@ def test_report_is_written_at_the_end_of_every_run(tmp_path, name, sets, stop, c
     # The report describes this run: its summary carries the run's own training time.
     match = re.search(r'id="summary-train_time_s" data-value="([^"]+)"', report.read_text())
     assert match and float(match.group(1)) == summary.train_time_s
+
+
+def test_a_run_with_the_report_off_ends_without_drawing_it(tmp_path, capsys):
+    """`logging.report: false`: the run's own files are all there, the report is not (and
+    nothing says it was written); `trainforge report RUN` can draw it later."""
+    summary = train_digits(tmp_path, "quiet", **{"training.max_steps": 2})
+    run = tmp_path / "quiet"
+    assert summary.global_step == 2 and (run / "summary.json").is_file()
+    assert (run / "metrics.jsonl").is_file() and (run / "eval" / "confusion.json").is_file()
+    assert not (run / "report.html").exists() and not (run / "report").exists()
+    assert "report:" not in capsys.readouterr().out

@@ -146,7 +146,8 @@ def finish(
         **_facts(loop, engine, result, resolved, platform, callbacks),
     }
     folder.summary.write_text(json.dumps(record, indent=2), encoding="utf-8")
-    write_report(folder.path)
+    if config.logging.report:  # off: `trainforge report RUN` draws it from the same folder
+        write_report(folder.path)
     _last_lines(loop.outcome, result, folder, config)
     return summary
 
