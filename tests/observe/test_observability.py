@@ -321,6 +321,7 @@ def test_trackers_are_readable_by_their_own_readers_and_secrets_stay_out(tmp_pat
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     secrets = {"WANDB_API_KEY": "planted-wandb-key-7f3a9c", "HF_TOKEN": "hf_plantedtoken12345"}
+    # A child: the secrets live in its environment only, and W&B's service is its own.
     result = cli(
         "train",
         "config/vit_digits.yaml",

@@ -1,6 +1,7 @@
 """The run report: synthetic run folders written in the real format (metrics.jsonl through the
 real JsonlLogger, Jetson telemetry through the real tegrastats parser on recorded lines), and
-one tiny digits run trained and reported through the `trainforge` command."""
+one tiny digits run trained and reported through the `trainforge` command (`cli.main` in this
+process)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fakes.in_process import run_main
 from trainforge.errors import UserError
 from trainforge.hardware.tegrastats import parse_line
 from trainforge.observe.loggers import JsonlLogger
@@ -350,11 +352,11 @@ def test_long_run_reports_quickly(tmp_path):
     assert (run / "report" / "temperature.png").exists()
 
 
-def test_missing_folder_or_metrics_is_a_user_error(tmp_path, cli):
+def test_missing_folder_or_metrics_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not found"):
         build_report(tmp_path / "nope")
     for target in (tmp_path / "nope", tmp_path):
-        result = cli("report", str(target))
+        result = run_main("report", str(target))
         assert result.returncode == 2
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -362,7 +364,7 @@ def test_missing_folder_or_metrics_is_a_user_error(tmp_path, cli):
     assert not (tmp_path / "report.html").exists()
 
 
-def test_digits_run_report_through_the_cli(tmp_path, cli):
+def test_digits_run_report_through_the_cli(tmp_path):
     tiny = [
         "model.embedding_dim=32",
         "model.num_layers=1",
@@ -372,12 +374,13 @@ def test_digits_run_report_through_the_cli(tmp_path, cli):
         "logging.logging_steps=10",
         "evaluation.eval_steps=20",
         f"output.dir={tmp_path}",
+        "logging.report=false",  # the `report` command below draws it, from nothing
     ]
     args = [part for value in tiny for part in ("--set", value)]
-    trained = cli("train", "config/vit_digits.yaml", *args)
+    trained = run_main("train", "config/vit_digits.yaml", *args)
     assert trained.returncode == 0, trained.stderr
     run = tmp_path / "vit_digits"
-    result = cli("report", str(run))
+    result = run_main("report", str(run))
     assert result.returncode == 0, result.stderr
     assert f"report: {run / 'report.html'}" in result.stdout
     pngs = {p.stem: p.read_bytes() for p in (run / "report").glob("*.png")}
