@@ -1,4 +1,5 @@
-"""Shared helpers: run the real `trainforge` command in a subprocess."""
+"""Shared helpers: run the real `trainforge` command in a subprocess, and the session's one
+trained digits run (tests/fakes/runs.py) that export, evaluate, report and CLI tests read."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ def _peak_cache(tmp_path_factory):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> Path:
+    """One digits ViT trained per session (fakes.runs.train_digits): config.resolved.yaml,
+    model.safetensors, checkpoints/best_model. Read it; a test that changes a run trains
+    its own."""
+    from fakes.runs import train_digits
+
+    return train_digits(tmp_path_factory.mktemp("shared-runs"))

@@ -11,23 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from fakes.runs import QUIET, TINY_VIT
 from fakes.tiny_lm import lm_overrides
 from trainforge.config import validate
 from trainforge.hardware import detect
 from trainforge.train import train
 
 REPO = Path(__file__).resolve().parents[2]
-# A ViT small enough that a few steps on the bundled digits take well under a second.
 TINY_DIGITS = {
-    "model.embedding_dim": 16,
-    "model.num_layers": 1,
-    "model.num_heads": 2,
-    "model.mlp_size": 16,
+    **TINY_VIT,
+    **QUIET,  # no TensorBoard, trackers or report: drawn only where a test reads it
     "training.num_threads": 1,
-    "logging.progress_bar": "false",
     "hardware.telemetry": "false",
     "checkpoint.save_every_epochs": "null",
-    "logging.report": "false",  # drawn only where a test reads it
 }
 
 
