@@ -1,4 +1,7 @@
-"""End to end through the `trainforge` command: digits, a tiny CIFAR-10, resume, user errors."""
+"""End to end through the `trainforge` command: digits, a tiny CIFAR-10, resume, user errors.
+
+The command runs as `cli.main` in this process (fakes.in_process); the tests whose subject is
+the process itself (a signal, `python -m trainforge`) start a child and say so."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import yaml
 
 from fakes.cli_args import DIGITS_TINY
 from fakes.in_process import run_in_process, run_main
+from fakes.runs import TINY_VIT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,8 +23,8 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_digits_end_to_end(tmp_path, cli):
-    result = cli(
+def test_digits_end_to_end(tmp_path):
+    result = run_main(
         "train",
         "config/vit_digits.yaml",
         "--max_epochs",
@@ -31,6 +35,8 @@ def test_digits_end_to_end(tmp_path, cli):
         "evaluation.eval_every_epochs=4",
         "--set",
         "checkpoint.save_every_epochs=4",
+        "--set",
+        "logging.report=false",  # no assertion reads it
     )
     assert result.returncode == 0, result.stderr
     run = tmp_path / "vit_digits"
@@ -56,8 +62,12 @@ def test_digits_end_to_end(tmp_path, cli):
     assert "metrics:" in result.stdout
 
 
-def test_resume_auto_continues_from_newest_checkpoint(tmp_path, cli):
+def test_resume_auto_continues_from_newest_checkpoint(tmp_path):
+    tiny = [part for key, value in TINY_VIT.items() for part in ("--set", f"{key}={value}")]
     base = [
+        *tiny,
+        "--set",
+        "logging.report=false",
         "--set",
         f"output.dir={tmp_path}",
         "--set",
@@ -67,15 +77,15 @@ def test_resume_auto_continues_from_newest_checkpoint(tmp_path, cli):
         "--set",
         "schedule.warmup_epochs=1",
     ]
-    first = cli("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
+    first = run_main("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
     assert first.returncode == 0, first.stderr
-    again = cli("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
+    again = run_main("train", "config/vit_digits.yaml", "--max_epochs", "2", *base)
     assert again.returncode == 2
     run = tmp_path / "vit_digits"
     assert again.stderr.count("\n") == 1 and "already holds a run" in again.stderr
     assert f"trainforge train --resume {run}" in again.stderr and "--overwrite" in again.stderr
     # The run folder alone names the run; a flag given with it changes only that value.
-    resumed = cli("train", "--resume", str(run), "--max_epochs", "3")
+    resumed = run_main("train", "--resume", str(run), "--max_epochs", "3")
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout and "step 46" in resumed.stdout
     assert "changed values: training.num_train_epochs = 3" in resumed.stdout
@@ -90,6 +100,7 @@ def write_cifar_config(tmp_path: Path, root: Path) -> Path:
         "schedule": {"warmup_epochs": 1},
         "training": {"num_train_epochs": 2, "per_device_train_batch_size": 16},
         "output": {"dir": str(tmp_path / "runs")},
+        "logging": {"report": False},  # no assertion reads it
     }
     path = tmp_path / "cifar.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -175,6 +186,7 @@ def test_jetson_wheel_command():
 
 
 def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
+    # A child: a real SIGINT to a training process and its exit code are what is tested.
     import os
     import re
     import signal
@@ -193,6 +205,8 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         f"output.dir={tmp_path}",
         "--set",
         "checkpoint.save_every_epochs=null",
+        *(part for key, value in TINY_VIT.items() for part in ("--set", f"{key}={value}")),
+        *("--set", "logging.report=false"),
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
