@@ -12,8 +12,8 @@ PYTEST := $(PY) -m pytest
 SHELLCHECK = $(firstword $(wildcard $(VENV)/bin/shellcheck) shellcheck)
 LINT_SHELL = $(SHELLCHECK) scripts/*.sh && $(VENV)/bin/hadolint Dockerfile.dgx-spark
 
-.PHONY: demo test test-slow test-dist test-slurm test-browser test-gpu serve bench bench-gpu lint \
-	format clean venv
+.PHONY: demo test test-slow test-dist test-slurm test-browser test-long test-times test-gpu serve \
+	bench bench-gpu lint format clean venv
 
 venv: $(STAMP)
 
@@ -35,21 +35,26 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/trainforge train config/vit_digits.yaml --set output.overwrite=true
 
+# The suites by marker. PYTEST_ARGS adds pytest options to every suite (test-times uses it).
+FAST_TESTS := not slow and not gpu and not browser and not dist and not slurm
+LONG_TESTS := (slow or dist or browser) and not gpu and not slurm
+PYTEST_ARGS ?=
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 	$(LINT_SHELL)
-	$(PYTEST) -m "not slow and not gpu and not browser and not dist and not slurm" -q
+	$(PYTEST) -m "$(FAST_TESTS)" -q $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PYTEST) -m "slow and not gpu and not slurm" -q
+	$(PYTEST) -m "slow and not gpu and not slurm" -q $(PYTEST_ARGS)
 
 # Multi-process torch.distributed cases: real torchrun launches with Gloo on CPU.
 # The two-node test joins two network namespaces (`ip netns`, iproute2; root).
 test-dist: $(STAMP)
 	command -v ip >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2; }
-	$(PYTEST) -m "dist and not gpu" -q
+	$(PYTEST) -m "dist and not gpu" -q $(PYTEST_ARGS)
 
 # Real Slurm clusters (Debian's slurm-wlm with munge) that benchmarks/slurm_cluster.py configures
 # and starts on this machine: one node, and two nodes in network namespaces (`ip netns`,
@@ -57,7 +62,7 @@ test-dist: $(STAMP)
 test-slurm: $(STAMP)
 	command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v ip >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge iproute2; }
-	$(PYTEST) -m slurm -q
+	$(PYTEST) -m slurm -q $(PYTEST_ARGS)
 
 # Browser tests drive a real headless Chromium through Playwright. Playwright's own browser
 # download is not reachable from every machine, so the distribution's chromium is used
@@ -65,7 +70,22 @@ test-slurm: $(STAMP)
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
-	$(PYTEST) -m browser -q
+	$(PYTEST) -m browser -q $(PYTEST_ARGS)
+
+# test-slow, test-dist and test-browser in one pytest start: one collection of the suite (about
+# 30 s each) instead of three, and a test with two of the markers runs once. CI runs this.
+test-long: $(STAMP)
+	command -v ip >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2; }
+	command -v chromium >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	$(PYTEST) -m "$(LONG_TESTS)" -q $(PYTEST_ARGS)
+
+# The 30 slowest tests of each suite CI runs (the fast one, the long ones, Slurm's).
+test-times: $(STAMP)
+	$(PYTEST) -m "$(FAST_TESTS)" -q --durations=30 $(PYTEST_ARGS)
+	$(MAKE) test-long PYTEST_ARGS="--durations=30 $(PYTEST_ARGS)"
+	$(MAKE) test-slurm PYTEST_ARGS="--durations=30 $(PYTEST_ARGS)"
 
 # The CUDA suite on a GPU machine (CI never runs it): every `gpu`-marked test, under 10 minutes
 # on one H100. The log and a JUnit report go to $(OUT) so one command brings the evidence back.
