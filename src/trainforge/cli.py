@@ -435,6 +435,34 @@ def evaluate_cmd(
         ev.write_json(result, json_out)
 
 
+@app.command("generate")
+def generate_cmd(
+    model: Annotated[
+        list[str],
+        typer.Argument(help="Model folder, models/NAME, runs/NAME (several: side by side)."),
+    ],
+    prompt: Annotated[list[str] | None, typer.Option(help="A prompt (repeatable).")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="One prompt per line.")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Talk on stdin, keeping the turns.")] = False,
+    compare: Annotated[
+        list[str] | None, typer.Option(help="Also ask this model (base: the recorded base).")
+    ] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max_new_tokens")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sample (default: greedy).")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or mps.")] = "cpu",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Ask a causal LM (its chat template, its stop tokens); base and tuned side by side."""
+    from trainforge.generate import command as gen
+    from trainforge.generate.sources import Settings
+
+    settings = Settings(max_new_tokens, temperature, top_p, seed, device)
+    gen.run(gen.Request(model, prompt or [], prompt_file, compare or [], chat, json_out,
+                        settings=settings))  # fmt: skip
+
+
 @app.command(
     "models",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
