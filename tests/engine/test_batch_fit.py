@@ -437,6 +437,7 @@ def test_auto_run_equals_a_run_configured_with_the_fitted_numbers(
 
 
 def test_cli_auto_on_cpu_prints_the_fit_and_trains(cli, tmp_path):
+    # A child: the fit measures the process's own memory, which pytest's would inflate.
     sets = [*TINY, f"output.dir={tmp_path}", "training.max_steps=2"]
     args = ["train", "config/vit_digits.yaml", "--batch_size", "auto"]
     for item in sets:
@@ -450,6 +451,7 @@ def test_cli_auto_on_cpu_prints_the_fit_and_trains(cli, tmp_path):
 
 
 def test_cli_auto_that_cannot_fit_one_sample_is_one_line_exit_2(cli, tmp_path):
+    # A child: what the run holds before its first step is the process's own memory.
     sets = [*TINY, f"output.dir={tmp_path}", "hardware.memory_budget_gib=0.01"]
     args = ["train", "config/vit_digits.yaml", "--set", "training.per_device_train_batch_size=auto"]
     for item in sets:

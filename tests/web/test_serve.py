@@ -21,6 +21,7 @@ def free_port() -> int:
 
 
 def test_non_loopback_without_token_exits_2_with_one_line(cli, tmp_path):
+    # A child: a refusal that regressed would leave a server listening; the timeout ends it.
     env = {k: v for k, v in os.environ.items() if k != "TRAINFORGE_WEB_TOKEN"}
     result = subprocess.run(
         [sys.executable, "-m", "trainforge", "serve", "--host", "0.0.0.0", "--port", "1"],
@@ -93,6 +94,7 @@ def test_the_web_app_does_not_import_torch():
 
 
 def test_a_port_in_use_is_one_clear_line(tmp_path):
+    # A child: a refusal that regressed would leave a server listening; the timeout ends it.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
