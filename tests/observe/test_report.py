@@ -335,7 +335,19 @@ def test_downsample_keeps_shape_peaks_and_gaps():
     assert downsample(short, short, MAX_POINTS)[0] is short
 
 
-def test_long_run_reports_quickly(tmp_path):
+def test_long_run_reports_quickly(tmp_path, monkeypatch):
+    """A long run's report draws each line from at most MAX_POINTS points, whatever the
+    run's length: that bound, not a wall clock, is what keeps it quick (3 s on a laptop)."""
+    from trainforge.observe import report_plots
+
+    drawn: list[tuple[int, int]] = []
+
+    def counted(x, y, max_points, reduce="mean"):
+        out = downsample(x, y, max_points, reduce)
+        drawn.append((len(x), len(out[0])))
+        return out
+
+    monkeypatch.setattr(report_plots, "downsample", counted)
     run = tmp_path / "run"
     logger = JsonlLogger(run / "metrics.jsonl")
     for step in range(1, 20_001):  # 20k logging points and 20k telemetry samples
@@ -344,12 +356,10 @@ def test_long_run_reports_quickly(tmp_path):
         if step % 1000 == 0:
             logger.log("val", {"loss": 1 / step, "accuracy": 0.5}, step, 0.0)
     logger.close()
-    started = time.perf_counter()
     build_report(run)
-    elapsed = time.perf_counter() - started
-    # 3 s on an idle laptop; the bound leaves room for a CPU shared with other test workers.
-    assert elapsed < 10, f"report took {elapsed:.1f} s"
     assert (run / "report" / "temperature.png").exists()
+    assert any(given == 20_000 for given, _ in drawn)  # the long series went through it
+    assert drawn and all(kept <= MAX_POINTS for _, kept in drawn), drawn
 
 
 def test_missing_folder_or_metrics_is_a_user_error(tmp_path):
