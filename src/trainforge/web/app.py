@@ -41,6 +41,7 @@ from trainforge.web.limits import MAX_NAME, BodyLimit, cut
 from trainforge.web.links import add_links
 from trainforge.web.model_list import human_bytes, list_models
 from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
+from trainforge.web.try_model import router as try_router
 
 HERE = Path(__file__).parent
 COOKIE = "trainforge_token"
@@ -153,6 +154,7 @@ def create_app(
     app.include_router(run_manage.router)
     app.include_router(artefacts.router)
     app.include_router(api_targets.router)
+    app.include_router(try_router)  # the Models page's Try it box
     _add_error_handlers(app)
     _add_login(app, settings)
     _add_pages(app, state)
