@@ -101,12 +101,21 @@ def train(ctx: typer.Context) -> None:
     platform = detect()
     ranks = env_ranks(os.environ)
     resolved, resume = _resolve(args, platform, ranks[1] if ranks else 1)
+    _refuse_before_slow_work(resolved, resume)
     from trainforge.train import train as run_training
 
     summary = run_training(resolved, platform, resume_from=resume)
     _print_summary(summary)
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
+
+
+def _refuse_before_slow_work(resolved, resume: str | None) -> None:
+    """A taken run folder or output model, refused before torch loads (`run.preflight`)."""
+    from trainforge.run.preflight import check_fresh_run
+    from trainforge.run.resume import run_folder_for
+
+    check_fresh_run(resolved.config, run_folder_for(resolved), resume)
 
 
 def _target_of(argv: list[str]) -> tuple[tuple[str, Path | None] | None, list[str]]:

@@ -71,7 +71,7 @@ def test_the_plan_command_saves_checkpoints_every_save_steps(project, monkeypatc
     assert not (project / "models" / "tiny-g2p").exists()
     assert "train: 60 records" in out and "val: 8 records" in out and "test: 8 records" in out
     assert "done: finished after 10 steps" in out
-    run = RunFolder(project / "runs" / "g2p_cmudict")
+    run = RunFolder(project / "runs" / "g2p_cmudict-t")
     for step in (5, 10):
         assert ckpt.verify(run.checkpoints / f"checkpoint-{step}") is None, step
     periodic = sorted(p.name for p in run.checkpoints.glob("checkpoint-*"))
@@ -105,7 +105,7 @@ def test_ctrl_c_then_resume_from_checkpoint_continues_the_run(project):
     command = plan_command(14)
     first = run_cli(project, command, stop_at=7)
     assert first.returncode == 130, first.stdout[-3000:] + first.stderr
-    run = RunFolder(project / "runs" / "g2p_cmudict")
+    run = RunFolder(project / "runs" / "g2p_cmudict-t")
     interrupted = run.checkpoints / "checkpoint_interrupted"
     assert ckpt.verify(interrupted) is None
     meta = json.loads((interrupted / "meta.json").read_text(encoding="utf-8"))
@@ -129,3 +129,56 @@ def test_ctrl_c_then_resume_from_checkpoint_continues_the_run(project):
         if r.get("split") == "train"
     ]
     assert steps == sorted(set(steps)) and steps[-1] == 14
+
+
+SMOKE = [
+    "--data_file", "test_mini.tsv", "--max_steps", "10", "--save_steps", "5", "--batch_size", "2"
+]  # fmt: skip
+SMALL = plan_command(1)[plan_command(1).index("--eval_file") :]  # the small splits and model
+
+
+def test_the_smoke_test_then_the_real_run_need_no_overwrite(project, monkeypatch, capsys):
+    """The plan's sequence: the smoke test, then its real-run command, in one project. Each
+    corpus names its own run folder and output model, so neither command is refused; the
+    smoke test run again is refused before anything slow starts."""
+    monkeypatch.chdir(project)
+    (project / "test_mini.tsv").write_text("שלום\tʃalˈom\nמה קורה\tmˈa koʁˈe\n", encoding="utf-8")
+    smoke = ["train", "config/g2p_cmudict.yaml", *SMOKE, *SMALL, "--batch_size", "2"]
+    code, out, err = run_in_process(monkeypatch, capsys, *smoke)
+    assert code == 0, out[-3000:] + err
+    assert "done: finished after 10 steps" in out
+    smoke_run = RunFolder(project / "runs" / "g2p_cmudict-test_mini")
+    for step in (5, 10):
+        assert ckpt.verify(smoke_run.checkpoints / f"checkpoint-{step}") is None, step
+    assert (project / "models" / "g2p-cmudict-test_mini" / "config.json").is_file()
+
+    code, out, err = run_in_process(monkeypatch, capsys, *plan_command(5))  # the real run
+    assert code == 0, out[-3000:] + err
+    assert "done: finished after 5 steps" in out
+    real = RunFolder(project / "runs" / "g2p_cmudict-t")
+    assert ckpt.verify(real.checkpoints / "checkpoint-5") is None
+    written = json.loads((project / "models" / "g2p-cmudict-t" / "trainforge.json").read_text())
+    assert written["run_dir"] == str(real.path.resolve())
+    assert ckpt.verify(smoke_run.checkpoints / "checkpoint-10") is None  # the smoke run stays
+
+    # The same smoke test again: refused at once, before the training entry is reached.
+    import trainforge.train
+
+    def reached(*_, **__):
+        raise AssertionError("the refusal came after the run started")
+
+    monkeypatch.setattr(trainforge.train, "train", reached)
+    code, out, err = run_in_process(monkeypatch, capsys, *smoke)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "run folder runs/g2p_cmudict-test_mini already holds a run (checkpoints, metrics, "
+        "TensorBoard events, run.json). continue it with `trainforge train --resume "
+        "runs/g2p_cmudict-test_mini`, start it afresh with --overwrite, or pick another "
+        "--set output.run_name=NAME"
+    ]
+    code, out, err = run_in_process(monkeypatch, capsys, *smoke, "--run_name", "again")
+    assert code == 2 and err.splitlines() == [
+        "model folder models/g2p-cmudict-test_mini already exists. pick another "
+        "--output-name, or replace it with --overwrite"
+    ]
+    assert not (project / "runs" / "again").exists()

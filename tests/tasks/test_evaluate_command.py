@@ -41,7 +41,7 @@ def _final_records(run_dir) -> dict[str, dict]:
 
 def test_evaluate_reproduces_the_runs_closing_evaluation(g2p_run, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # elsewhere: evaluate works where the run started
-    run = g2p_run / "runs" / "g2p_cmudict"
+    run = g2p_run / "runs" / "g2p_cmudict-t"
     code, out, err = run_in_process(
         monkeypatch, capsys, "evaluate", str(run), "--json", "scores.json"
     )
@@ -64,7 +64,7 @@ def test_evaluate_scores_a_csv_file_with_a_header(g2p_run, monkeypatch, capsys):
         "word,phonemes\n" + "".join(f"{w},{p}\n" for w, p in rows), encoding="utf-8"
     )
     code, out, err = run_in_process(
-        monkeypatch, capsys, "evaluate", "runs/g2p_cmudict", "--file", "words.csv",
+        monkeypatch, capsys, "evaluate", "runs/g2p_cmudict-t", "--file", "words.csv",
         "--checkpoint", "checkpoint-4",
     )  # fmt: skip
     assert code == 0, out[-3000:] + err
@@ -75,7 +75,7 @@ def test_evaluate_scores_a_csv_file_with_a_header(g2p_run, monkeypatch, capsys):
 
 def test_a_missing_checkpoint_is_one_line_naming_the_ones_there(g2p_run, monkeypatch, capsys):
     code, _out, err = run_in_process(
-        monkeypatch, capsys, "evaluate", "runs/g2p_cmudict", "--checkpoint", "checkpoint-9"
+        monkeypatch, capsys, "evaluate", "runs/g2p_cmudict-t", "--checkpoint", "checkpoint-9"
     )
     assert code == 2
     (line,) = err.strip().splitlines()
@@ -127,6 +127,6 @@ def test_sigint_during_the_closing_evaluation_exits_130_with_the_model_saved(
     code, out, err = run_in_process(monkeypatch, capsys, *plan_command(4))
     assert code == 130, out[-3000:] + err
     assert "SIGINT: final evaluation stopped; the model is saved" in out
-    run = project / "runs" / "g2p_cmudict"
+    run = project / "runs" / "g2p_cmudict-t"
     assert json.loads((run / "summary.json").read_text())["final_stop"] == "SIGINT"
-    assert (project / "models" / "g2p-cmudict" / "config.json").is_file()
+    assert (project / "models" / "g2p-cmudict-t" / "config.json").is_file()

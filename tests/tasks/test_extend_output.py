@@ -24,7 +24,7 @@ def project(tmp_path):
     return tmp_path
 
 
-def _written(project, name="g2p-cmudict") -> dict:
+def _written(project, name="g2p-cmudict-t") -> dict:
     return json.loads((project / "models" / name / "trainforge.json").read_text())
 
 
@@ -34,23 +34,23 @@ def test_extending_a_finished_run_updates_its_output_model(project, monkeypatch,
     assert code == 0, out[-3000:] + err
     first = _written(project)
     assert first["global_step"] == 4
-    assert first["run_dir"] == str((project / "runs" / "g2p_cmudict").resolve())
+    assert first["run_dir"] == str((project / "runs" / "g2p_cmudict-t").resolve())
 
     # The same run, 4 steps further: no --overwrite needed, the output model follows.
     code, out, err = run_in_process(
-        monkeypatch, capsys, "train", "--resume", "runs/g2p_cmudict", "--max_steps", "+4"
+        monkeypatch, capsys, "train", "--resume", "runs/g2p_cmudict-t", "--max_steps", "+4"
     )
     assert code == 0, out[-3000:] + err
     assert "--max_steps +4: checkpoint-4 is at step 4, so training ends at step 8" in out
     assert "done: finished after 8 steps" in out
-    assert "output model: models/g2p-cmudict" in out
+    assert "output model: models/g2p-cmudict-t" in out
     assert _written(project)["global_step"] == 8
 
     # Another run naming the same output: refused in one line, nothing replaced.
     code, out, err = run_in_process(monkeypatch, capsys, *plan_command(2), "--run_name", "other")
     assert code == 2
     assert err.strip().splitlines() == [
-        "model folder models/g2p-cmudict already exists. pick another --output-name, or "
+        "model folder models/g2p-cmudict-t already exists. pick another --output-name, or "
         "replace it with --overwrite"
     ]
     assert _written(project)["global_step"] == 8

@@ -99,7 +99,7 @@ def test_sigint_during_validation_stops_at_the_next_batch_and_resumes(tmp_path, 
     # request on entry (and then stops at its next token), and no batch follows it.
     assert 1 <= len(calls) < 50 and calls[:-1].count("None") == len(calls) - 1, calls
     assert calls[-1] in ("None", "SIGINT"), calls
-    run = RunFolder(project / "runs" / "g2p_cmudict")
+    run = RunFolder(project / "runs" / "g2p_cmudict-t")
     interrupted = run.checkpoints / "checkpoint_interrupted"
     assert ckpt.verify(interrupted) is None
     assert json.loads((interrupted / "meta.json").read_text())["global_step"] == 2
@@ -108,7 +108,7 @@ def test_sigint_during_validation_stops_at_the_next_batch_and_resumes(tmp_path, 
     assert not [r for r in records if r["split"] == "val"]  # the cut validation is not logged
 
     resumed = subprocess.run(
-        [sys.executable, "-m", "trainforge", "train", "--resume", "runs/g2p_cmudict"],
+        [sys.executable, "-m", "trainforge", "train", "--resume", "runs/g2p_cmudict-t"],
         cwd=project, env=_env(), capture_output=True, text=True, timeout=DEADLINE_S,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

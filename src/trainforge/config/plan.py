@@ -25,7 +25,9 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainforge.config.lr_scaling import plan_rate
@@ -243,6 +245,7 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
             "optimizer": optimizer,
             "schedule": schedule,
             "model": _plan_corpus(resolved, sources),
+            "output": _plan_output_names(resolved, sources),
         }
     )
     rules = (batch_rule, rate_rule)  # planned once: the rules of this plan only
@@ -263,6 +266,42 @@ def _plan_corpus(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:
         return model
     sources["model.init_corpus"] = "plan (the config file's data.options.train_file)"
     return model.model_copy(update={"init_corpus": str(declared)})
+
+
+def _plan_output_names(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:
+    """A run on a corpus other than the config file's own is named with it: the run folder
+    `<config name>-<file stem>` and the output model `<model_name>-<file stem>`, so the DGX
+    Spark plan's smoke test (`--data_file test_mini.tsv`) and the real run that follows never
+    share a folder or a model and neither needs --overwrite; the same command line (its
+    `--resume_from_checkpoint` too) always finds the same run. A run name the config or the
+    user gives, and a model name from a flag or the environment, are kept."""
+    output = resolved.config.output
+    data = (resolved.layers.get("file") or {}).get("data") or {}
+    options = data.get("options") if isinstance(data.get("options"), dict) else {}
+    declared = options.get("train_file") or data.get("train_file")
+    used = getattr(resolved.config.data.options, "train_file", None)
+    if not declared or not used or resolved.path is None or _same_path(declared, used):
+        return output
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(used)).stem).strip("._-") or "data"
+    why = f"plan (the run's corpus {used} is not the config file's {declared})"
+    update: dict[str, Any] = {}
+    if output.run_name is None and not _users(sources.get("output.run_name", "")):
+        update["run_name"] = f"{resolved.path.stem}-{stem}"
+    if output.model_name and not _users(sources.get("output.model_name", ""), file=False):
+        update["model_name"] = f"{output.model_name}-{stem}"
+    for key in update:
+        sources[f"output.{key}"] = why
+    return output.model_copy(update=update) if update else output
+
+
+def _users(source: str, file: bool = True) -> bool:
+    """Whether a value came from the user's own layers (with `file=False`: other than the
+    config file, whose names belong to its own corpus)."""
+    return source.startswith(USER_SOURCES if file else ("env", "flag"))
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a) == Path(b) or Path(a).resolve() == Path(b).resolve()
 
 
 def apply_batch_plan(resolved: ResolvedConfig, plan: BatchPlan) -> ResolvedConfig:

@@ -26,7 +26,7 @@ from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
 from trainforge.run.recipe import config_changes
 from trainforge.run.segments import launcher_job, restart_line
-from trainforge.runfolder import Hold, RunFolder, find_run, for_config, resume_command
+from trainforge.runfolder import Hold, RunFolder, find_run, for_config
 
 if TYPE_CHECKING:
     from trainforge.engine.loop import Loop
@@ -218,13 +218,9 @@ def resume_point(folder: RunFolder, resume_from: str | None, overwrite: bool) ->
             )
         ckpt.check_format(path)
         return path
-    occupied = folder.occupied()
-    if occupied and not overwrite:
-        raise UserError(
-            f"run folder {folder.path} already holds a run ({', '.join(occupied)})",
-            f"continue it with `{resume_command(folder)}`, start it afresh with --overwrite, "
-            "or pick another --set output.run_name=NAME",
-        )
+    from trainforge.run.preflight import refuse_occupied
+
+    refuse_occupied(folder, overwrite)  # said first by `trainforge train` (run.preflight)
     return None
 
 

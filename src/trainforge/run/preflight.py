@@ -1,0 +1,63 @@
+"""What refuses a fresh run before any slow work: its run folder already holding a run, and
+its output model already written by another run. `trainforge train` asks here right after
+the config is validated, before torch is imported, the hardware probed, a base model created
+or the data read, so a refused command answers in about a second, with the fix, instead of
+after the data and the model were built. The run's own claim (`run.resume.resume_point`,
+under the folder's lock) and the task's output check (`models.hf.output_dir`) stay the
+authority; these are the same refusals, said first.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trainforge.errors import UserError
+from trainforge.runfolder import RunFolder, resume_command
+
+
+def refuse_occupied(folder: RunFolder, overwrite: bool) -> None:
+    """A fresh run into a folder that holds a run: one line naming how to go on."""
+    occupied = folder.occupied()
+    if occupied and not overwrite:
+        raise UserError(
+            f"run folder {folder.path} already holds a run ({', '.join(occupied)})",
+            f"continue it with `{resume_command(folder)}`, start it afresh with --overwrite, "
+            "or pick another --set output.run_name=NAME",
+        )
+
+
+def owns_model(model_dir: Path, folder: RunFolder) -> bool:
+    """Whether the model folder was written by the run in `folder` (its trainforge.json
+    names that run: `run.outputs.own_output_model` lets such a run replace it)."""
+    try:
+        writer = json.loads((model_dir / "trainforge.json").read_text(encoding="utf-8"))
+        writer = writer.get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(writer) and Path(writer).resolve() == folder.path.resolve()
+
+
+def check_fresh_run(config: Any, folder: RunFolder, resume: str | None) -> None:
+    """Refuse, before any slow work, what the run would refuse later (module doc)."""
+    overwrite = config.output.overwrite
+    # A Slurm job restarted by its launcher resumes by itself (`resume_point`).
+    if resume is None and not os.environ.get("SLURM_JOB_ID"):
+        refuse_occupied(folder, overwrite)
+    from trainforge.registry import TASKS
+
+    name = config.output.model_name
+    if not name or overwrite or not TASKS.get(config.task.kind).base_model:
+        return
+    model_dir = Path(config.output.models_dir) / name
+    if model_dir.exists() and not owns_model(model_dir, folder):
+        # `models.hf.output_dir`'s words; that package imports torch, which this check must
+        # not wait for.
+        raise UserError(
+            f"model folder {model_dir} already exists",
+            "pick another --output-name, or replace it with --overwrite",
+        )
