@@ -50,6 +50,7 @@ TINY = [  # a one-block ViT on digits: real training in well under a second
     "schedule.warmup_epochs=0",
     "logging.tensorboard=false",
     "logging.progress_bar=false",
+    "logging.report=false",  # no test here reads it
     "logging.histogram_steps=null",
     "hardware.telemetry=false",
     "checkpoint.save_every_epochs=null",

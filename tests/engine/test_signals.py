@@ -32,6 +32,7 @@ TINY = [
     "--set", "logging.logging_steps=2", "--set", "logging.tensorboard=false",
     "--set", "logging.progress_bar=false", "--set", "checkpoint.save_every_epochs=null",
     "--set", "evaluation.eval_every_epochs=null", "--set", "checkpoint.save_best=false",
+    "--set", "logging.report=false",  # no test here reads it
 ]  # fmt: skip
 
 

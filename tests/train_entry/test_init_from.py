@@ -44,6 +44,7 @@ TINY = {
     "schedule.warmup_steps": 0,
     "logging.progress_bar": "false",
     "logging.tensorboard": "false",
+    "logging.report": "false",  # no test here reads it
     "hardware.telemetry": "false",
     "evaluation.eval_every_epochs": "null",
     "checkpoint.save_every_epochs": "null",
