@@ -22,6 +22,7 @@ PAGE_ACTIONS = {
     "Stop": ("post", "/api/runs/{run_id}/stop"),
     "Resume": ("post", "/api/runs/{run_id}/resume"),
     "Models list": ("get", "/api/models"),
+    "Models page: Try it": ("post", "/api/models/try"),
     "System": ("get", "/api/system"),
     "sign-in": ("post", "/api/login"),
     "Sweeps: start a sweep (validates; one line per problem)": ("post", "/api/sweeps"),
