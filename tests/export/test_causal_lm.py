@@ -14,6 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from fakes.in_process import run_main
 from fakes.tiny_lm import lm_corpus, lm_overrides, tiny_llama_chat  # noqa: F401
 from trainforge.config import validate
 from trainforge.config.schema import RunConfig
@@ -79,8 +80,8 @@ def test_formats_a_causal_lm_does_not_offer_are_refused(lora_run, tmp_path):
         export(lora_run, ["int8"], None)
 
 
-def test_wrong_task_format_through_the_command(cli, lora_run):
-    result = cli("export", str(lora_run), "--format", "onnx", env={"OMP_NUM_THREADS": "1"})
+def test_wrong_task_format_through_the_command(lora_run):
+    result = run_main("export", str(lora_run), "--format", "onnx")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "format onnx is not available for task causal-lm. use one of: safetensors"

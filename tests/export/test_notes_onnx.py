@@ -19,6 +19,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def test_opset_11_with_the_notes_tensor_names(cli, digits_run, tmp_path):
+    # A child: OMP_NUM_THREADS takes effect at a process's start only.
     import onnx
     import onnxruntime
 

@@ -1,6 +1,8 @@
 """A normal run prints only trainforge's own lines. Each run here captures stdout and stderr of
 the real `trainforge train` and fails on any line that does not match ALLOWED: a new
-third-party warning, progress bar or log line shows up as a failure naming the line."""
+third-party warning, progress bar or log line shows up as a failure naming the line.
+Each run is a child process: a library's notice comes once per process, at its first import,
+and some are written below Python's sys.stderr; the process's own output is what is tested."""
 
 from __future__ import annotations
 
