@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 
+from fakes.in_process import run_main
 from trainforge.hardware import peak_probe
 from trainforge.hardware.peak_probe import CACHE_FILE, measured_peak, probe_tflops
 
@@ -107,11 +108,11 @@ def test_detect_peak_prints_the_measured_peak_and_caches_it(cli, tmp_path):
     assert line == measured[0].replace(now.group(0), "(cached)")
 
 
-def test_detect_without_peak_measures_nothing_and_a_bad_precision_is_one_line(cli, tmp_path):
+def test_detect_without_peak_measures_nothing_and_a_bad_precision_is_one_line(tmp_path):
     env = {peak_probe.CACHE_ENV: str(tmp_path)}
-    plain = cli("detect", env=env)
+    plain = run_main("detect", env=env)
     assert plain.returncode == 0 and "peak (measured)" not in plain.stdout
     assert not (tmp_path / CACHE_FILE).exists()
-    bad = cli("detect", "--peak", "--precision", "fp8", env=env)
+    bad = run_main("detect", "--peak", "--precision", "fp8", env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1].startswith("--precision fp8: unknown")
