@@ -3,8 +3,10 @@
 Owns `TokenDataset` (pre-tokenized examples; `__getitems__` pads a whole batch at once) and
 `build_text_data`. A batch is a dict of CPU tensors plus `num_targets`, the number of tokens
 the loss is taken over, counted on the host so the training loop weights the batch without
-a device synchronisation. Evaluation batches also carry the left-padded generation prompts
-and the reference responses.
+a device synchronisation. Packed rows (`encode.pack`) also carry `position_ids` that restart
+at each example, the pad tail of a row in a run of its own, so that the model given
+`attention_mask=None` masks every example from the others and from the padding. Evaluation
+batches also carry the left-padded generation prompts and the reference responses.
 """
 
 from __future__ import annotations
@@ -63,11 +65,17 @@ class TokenDataset(Dataset):
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        packed = rows[0].position_ids is not None
+        # The pad tail restarts at 0 too: a run of its own, never part of a real example.
+        positions = torch.arange(width).repeat(len(rows), 1) if packed else None
         for i, row in enumerate(rows):
             n = len(row.input_ids)
             input_ids[i, :n] = torch.tensor(row.input_ids)
             labels[i, :n] = torch.tensor(row.labels)
             attention_mask[i, :n] = 1
+            if positions is not None:
+                positions[i, :n] = torch.tensor(row.position_ids)
+                positions[i, n:] -= n
         batch: dict[str, Any] = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
@@ -75,6 +83,8 @@ class TokenDataset(Dataset):
             # The loss predicts token t+1 from tokens <= t: label 0 is never a target.
             "num_targets": int((labels[:, 1:] != IGNORE).sum()),
         }
+        if positions is not None:
+            batch["position_ids"] = positions
         if self.with_prompts:
             chosen = self.generate_rows
             pairs = zip(indices, rows, strict=True)

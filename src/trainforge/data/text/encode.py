@@ -13,8 +13,13 @@ model learns to stop.
 
 Examples longer than `max_seq_length` keep their first `max_seq_length` tokens and are
 counted; one left with no learned token is dropped and counted. `pack` concatenates
-examples into rows of up to `max_seq_length` tokens (first fit, in order); as in TRL's
-`packing=True`, attention is not blocked between examples that share a row.
+examples into rows of up to `max_seq_length` tokens (first fit, in order). Each packed row
+carries per-example `position_ids` restarting at 0, as TRL's padding-free packing and HF's
+`DataCollatorWithFlattening` do: given `attention_mask=None`, transformers'
+`masking_utils.find_packed_sequence_indices` turns them into a block-diagonal causal mask
+(SDPA, eager, flex) or variable-length spans (flash-attention), so no example sees another.
+The first token of each example after the first is never a target: it is not predicted
+from the previous example's last token.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class Example:
     labels: list[int]
     prompt_len: int  # tokens before the last learned segment: the generation prompt
     reference: str  # the text of the last response
+    # Packed rows only: each example's positions, restarting at 0 (None: 0..len-1).
+    position_ids: list[int] | None = None
 
 
 @dataclass
@@ -193,12 +200,19 @@ def _reference(record: TextRecord) -> str:
 
 
 def pack(examples: list[Example], max_seq_length: int) -> list[Example]:
-    """Concatenate examples into rows of at most max_seq_length tokens, first fit in order."""
+    """Concatenate examples into rows of at most max_seq_length tokens, first fit in order.
+    A row's `position_ids` restart at each example; the label of each example's first token
+    is IGNORE (it was never a target: the loss predicts token t+1 from tokens <= t, and
+    label 0 of an example alone has nothing before it), so the targets stay the same."""
     rows: list[Example] = []
     for example in examples:
-        if rows and len(rows[-1].input_ids) + len(example.input_ids) <= max_seq_length:
-            rows[-1].input_ids += example.input_ids
-            rows[-1].labels += example.labels
+        n = len(example.input_ids)
+        if rows and len(rows[-1].input_ids) + n <= max_seq_length:
+            row = rows[-1]
+            row.input_ids += example.input_ids
+            row.labels += [IGNORE, *example.labels[1:]]
+            row.position_ids = [*(row.position_ids or []), *range(n)]
         else:
-            rows.append(Example(list(example.input_ids), list(example.labels), 0, ""))
+            labels = [IGNORE, *example.labels[1:]]
+            rows.append(Example(list(example.input_ids), labels, 0, "", list(range(n))))
     return rows
