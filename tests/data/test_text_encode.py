@@ -203,3 +203,57 @@ def test_shipped_jetson_dataset_is_what_the_script_builds():
     records = read_records(shipped)
     assert len(records) >= 200
     assert sum(r.messages is not None for r in records) >= 1  # the chat records too
+
+
+def _conversational(tmp_path):
+    path = tmp_path / "conv.jsonl"
+    record = {
+        "prompt": [
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "hello there"},
+            {"role": "user", "content": "Again."},
+        ],
+        "completion": [{"role": "assistant", "content": "hi"}],
+    }
+    path.write_text(json.dumps(record) + "\n" + json.dumps({"text": "plain words here"}) + "\n")
+    return read_records(path)
+
+
+def _learned(tok, example):
+    return tok.decode(
+        [t for t, label in zip(example.input_ids, example.labels, strict=True) if label >= 0]
+    )
+
+
+def test_trl_conversational_prompt_completion_learns_the_completion_only(tmp_path, chat_tok):
+    conv, text = _conversational(tmp_path)
+    assert conv.learn_from == 3 and len(conv.messages) == 4 and text.text == "plain words here"
+    [example, lm], _ = Encoder(chat_tok, max_seq_length=128).encode([conv, text])
+    learned = _learned(chat_tok, example)
+    # The prompt's own assistant turn is context, as in TRL's prompt-completion datasets.
+    assert learned.startswith("hi") and "hello there" not in learned
+    rendered = chat_tok.apply_chat_template(list(conv.messages), tokenize=False)
+    assert chat_tok.decode(example.input_ids) == rendered
+    # A `text` record is language modeling: every token learned (the template plays no part).
+    assert all(label >= 0 for label in lm.labels[1:])
+    assert "plain words here" in chat_tok.decode(lm.input_ids)
+
+
+def test_trl_formats_without_a_chat_template(tmp_path, gpt2_tok):
+    conv, text = _conversational(tmp_path)
+    [example, lm], stats = Encoder(gpt2_tok, max_seq_length=128).encode([conv, text])
+    assert _learned(gpt2_tok, example) == "hi" + gpt2_tok.eos_token
+    assert lm.labels == lm.input_ids and lm.input_ids[-1] == gpt2_tok.eos_token_id
+    assert (
+        stats.num_target_tokens
+        == sum(label >= 0 for label in example.labels[1:]) + len(lm.input_ids) - 1
+    )
+
+
+def test_a_conversational_completion_needs_an_answer(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    record = {"prompt": [{"role": "user", "content": "a"}], "completion": [
+        {"role": "user", "content": "b"}]}  # fmt: skip
+    path.write_text(json.dumps(record))
+    with pytest.raises(UserError, match="completion: messages have no assistant turn"):
+        read_records(path)

@@ -157,6 +157,11 @@ def build_text_data(
         prompt_template=opts.prompt_template,
         use_chat_template=opts.use_chat_template,
     )
+    if opts.use_chat_template and not encoder.chat:  # one line a run, not one a record
+        print(
+            "the tokenizer has no chat template: records are written with "
+            f"data.options.prompt_template {opts.prompt_template!r}"
+        )
     pad_id = pad_token_id(tokenizer)
     datasets: dict[str, TokenDataset] = {}
     stats: dict[str, EncodeStats] = {}

@@ -9,7 +9,8 @@ Without a chat template: `[BOS] prompt_template.format(prompt=...)` then `respon
 text learned and EOS after the last answer. With a chat template (and `use_chat_template`):
 the template renders the conversation; the span each assistant turn adds after
 `add_generation_prompt=True` is learned, including the template's end-of-turn marker, so the
-model learns to stop.
+model learns to stop. A conversational prompt/completion record (`learn_from`) learns the
+completion's assistant turns only; a `text` record is learned whole (language modeling).
 
 Examples longer than `max_seq_length` keep their first `max_seq_length` tokens and are
 counted; one left with no learned token is dropped and counted. `pack` concatenates
@@ -100,6 +101,8 @@ class Encoder:
     # ----------------------------------------------------------- segments
     def segments(self, record: TextRecord) -> list[tuple[str, bool]]:
         """(text, learn) pieces of one record, in order."""
+        if record.text is not None:
+            return [(record.text, True)]  # language modeling: every token (TRL's `text`)
         if self.chat:
             return self._chat_segments(record)
         if record.messages is not None:
@@ -113,9 +116,9 @@ class Encoder:
     def _plain_chat_segments(record: TextRecord) -> list[tuple[str, bool]]:
         """Chat without a template: `Role: text` lines, the assistant's text learned."""
         out: list[tuple[str, bool]] = []
-        for m in record.as_messages():
+        for i, m in enumerate(record.as_messages()):
             role = m["role"].capitalize()
-            if m["role"] == "assistant":
+            if m["role"] == "assistant" and i >= record.learn_from:
                 out += [(f"{role}: ", False), (m["content"], True), ("\n", False)]
             else:
                 out.append((f"{role}: {m['content']}\n", False))
@@ -131,7 +134,9 @@ class Encoder:
     def _chat_segments(self, record: TextRecord) -> list[tuple[str, bool]]:
         messages = record.as_messages()
         full = self._render(messages, False)
-        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        turns = [
+            i for i, m in enumerate(messages) if m["role"] == "assistant" and i >= record.learn_from
+        ]
         spans = []
         for i in turns:
             start = self._render(messages[:i], True)
@@ -194,6 +199,8 @@ class Encoder:
 
 def _reference(record: TextRecord) -> str:
     """The text the last learned segment holds, for comparing generated output."""
+    if record.text is not None:
+        return record.text.strip()
     if record.messages is None:
         return (record.response or "").strip()
     return [m for m in record.messages if m["role"] == "assistant"][-1]["content"].strip()

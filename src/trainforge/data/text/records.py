@@ -5,6 +5,9 @@ Owns `TextRecord`, `read_records` and the file-level checks before them
     {"prompt": ..., "response": ...}            also "completion" for "response", and the
                                                 Alpaca form "instruction" [+ "input"] + "output"
     {"messages": [{"role": ..., "content": ...}, ...]}   chat; needs an assistant turn
+    {"prompt": [messages], "completion": [messages]}     TRL's conversational prompt-
+                                                completion: only the completion is learned
+    {"text": ...}                               TRL's language-modeling form: every token
     {"system": ...} may accompany a prompt/response record.
 A JSON file holds a list of records (or {"records": [...]}); a JSONL file one record per
 line; a TSV file `source<TAB>target` per line (the DGX Spark G2P plan), blank lines and
@@ -42,6 +45,10 @@ class TextRecord:
     response: str | None = None
     system: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+    # Assistant turns before this message are context, not learned (TRL's conversational
+    # prompt/completion: the completion's turns are learned, the prompt's are not).
+    learn_from: int = 0
+    text: str | None = None  # a plain-text record: every token is learned
 
     def as_messages(self) -> list[dict[str, str]]:
         if self.messages is not None:
@@ -55,7 +62,7 @@ class TextRecord:
         """Every piece of text in the record (for training a tokenizer)."""
         if self.messages is not None:
             return [m["content"] for m in self.messages]
-        return [t for t in (self.system, self.prompt, self.response) if t]
+        return [t for t in (self.system, self.prompt, self.response, self.text) if t]
 
 
 def validate_text_file(path: str | Path, field_name: str = "data.train_file") -> str:
@@ -206,6 +213,10 @@ def _record(item: Any, where: str) -> TextRecord:
         raise UserError(f"{where}: a record must be an object, got {type(item).__name__}")
     if "messages" in item:
         return TextRecord(where, messages=_messages(item["messages"], where))
+    if isinstance(item.get("prompt"), list) and isinstance(item.get("completion"), list):
+        return _conversation(item, where)
+    if "text" in item and "prompt" not in item:
+        return TextRecord(where, text=_text(item, "text", where))
     if "instruction" in item and "output" in item:
         prompt = _text(item, "instruction", where)
         extra = item.get("input")
@@ -234,7 +245,14 @@ def _text(item: dict, key: str, where: str) -> str:
     return value
 
 
-def _messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
+def _conversation(item: dict, where: str) -> TextRecord:
+    """TRL's conversational prompt/completion: two message lists, the completion learned."""
+    prompt = _messages(item["prompt"], f"{where} prompt", need_answer=False)
+    completion = _messages(item["completion"], f"{where} completion")
+    return TextRecord(where, messages=prompt + completion, learn_from=len(prompt))
+
+
+def _messages(value: Any, where: str, need_answer: bool = True) -> tuple[dict[str, str], ...]:
     if not isinstance(value, list) or not value:
         raise UserError(f"{where}: messages must be a non-empty list", "add role/content turns")
     out = []
@@ -247,6 +265,6 @@ def _messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
                 'write {"role": "user", "content": "..."}',
             )
         out.append({"role": role, "content": content})
-    if not any(m["role"] == "assistant" for m in out):
+    if need_answer and not any(m["role"] == "assistant" for m in out):
         raise UserError(f"{where}: messages have no assistant turn", "add the answer to learn")
     return tuple(out)
