@@ -55,6 +55,21 @@ BENCHMARKS = [
     ("faults", "faults_data_lost", 0.0, "<="),
     ("recovery", "recovery_s", 60.0, "<="),
     ("recovery", "recovery_save_s", 10.0, "<="),
+    ("lm_peers", "lm_vs_trl_sft", 1.0, ">="),
+    ("lm_peers", "lm_vs_trl_sft_gemma", 1.0, ">="),
+    ("lm_peers", "lm_defaults_vs_trl_defaults", 1.3, ">="),
+    ("lm_peers", "lm_defaults_loss_delta", None, "info"),
+    ("lm_peers", "lm_vs_hf_trainer", 1.0, ">="),
+    ("lm_peers", "lm_peak_memory_vs_trl", 0.8, "<="),
+    ("lm_peers", "lm_trainforge_before_first_step_s", None, "info"),
+    ("lm_peers", "lm_trl_before_first_step_s", None, "info"),
+    ("lm_peers", "lm_hf_before_first_step_s", None, "info"),
+    ("lm_peers", "lm_trainforge_after_last_step_s", None, "info"),
+    ("lm_peers", "lm_trl_after_last_step_s", None, "info"),
+    ("lm_peers", "lm_hf_after_last_step_s", None, "info"),
+    ("lm_peers", "lm_trainforge_process_s", None, "info"),
+    ("lm_peers", "lm_trl_process_s", None, "info"),
+    ("lm_peers", "lm_hf_process_s", None, "info"),
 ]
 
 
