@@ -178,3 +178,43 @@ def test_refusals_are_one_line_with_the_fix(argv, words, tiny_gpt2, tmp_path):
     assert ran.returncode == 2 and ran.stdout == ""
     (line,) = ran.stderr.splitlines()
     assert words in line and ". " in line  # the problem, then the fix
+
+
+def train_lora(project: Path, model: Path, corpus: Path, name: str, **sets) -> Path:
+    """A two-step LoRA run of the tiny model in `project` (its adapter kept unmerged)."""
+    (project / f"{name}.yaml").write_text("task:\n  kind: causal-lm\n", encoding="utf-8")
+    base = {"training.max_steps": 2, "evaluation.eval_steps": 2, "task.max_new_tokens": 3,
+            "lora.enabled": "true", "lora.merge_adapter": "false", "lora.r": 4,
+            "optimizer.learning_rate": 0.05, **sets}  # fmt: skip
+    argv = ["train", f"{name}.yaml", "--profile", "cpu"]
+    for item in lm_overrides(model, corpus, **base):
+        argv += ["--set", item]
+    ran = run_main(*argv, cwd=project)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr
+    return project / "runs" / name
+
+
+def test_a_lora_run_answers_from_its_adapter_or_its_checkpoint(
+    tmp_path, tiny_gpt2, lm_corpus, single_thread
+):
+    """A finished LoRA run: its adapter on its base; one stopped before its final model: its
+    newest checkpoint (LoRA layers included) on its base. Both differ from the base alone."""
+    finished = train_lora(tmp_path, tiny_gpt2, lm_corpus["json"], "lora")
+    assert not (finished / "model").exists() and (finished / "adapter").is_dir()
+    unfinished = train_lora(tmp_path, tiny_gpt2, lm_corpus["json"], "stopped", **{
+        "checkpoint.save_final_model": "false", "checkpoint.save_steps": 2,
+    })  # fmt: skip
+    assert not (unfinished / "adapter").exists()
+    prompt = [{"role": "user", "content": "What is 1 plus 2?"}]
+    logits = {}
+    for label, where in (("base", tiny_gpt2), ("adapter", finished), ("checkpoint", unfinished)):
+        loaded = ans.load(locate(str(where)), Settings())
+        ids = torch.tensor([ans.prompt_ids(loaded, prompt)])
+        with torch.no_grad():
+            logits[label] = loaded.model(input_ids=ids).logits[0, -1]
+        if label == "adapter":
+            assert loaded.source.adapter_dir == finished / "adapter"
+        if label == "checkpoint":
+            assert loaded.source.checkpoint.parent.name == "checkpoint-2"
+    assert not torch.allclose(logits["adapter"], logits["base"])
+    assert not torch.allclose(logits["checkpoint"], logits["base"])
