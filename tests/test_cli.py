@@ -347,3 +347,32 @@ def test_train_starts_with_the_collector_off_and_training_turns_it_back_on(monke
         assert frozen == [True, True, True]
     finally:
         gc.enable()
+
+
+def test_a_command_run_in_this_process_leaves_the_process_as_it_found_it(tmp_path, monkeypatch):
+    """fakes.in_process.run_main, which the refusal tests use in place of a child: what a
+    command changes (environment, working directory, argv, a signal handler) is put back."""
+    import os
+    import signal
+
+    monkeypatch.delenv("TRAINFORGE_TEST_MARK", raising=False)
+    before = (dict(os.environ), os.getcwd(), list(sys.argv), signal.getsignal(signal.SIGTERM))
+
+    def meddle():
+        os.environ["TRAINFORGE_TEST_MARK"] = "1"
+        os.chdir(tmp_path)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("said")
+        sys.exit(2)
+
+    from trainforge import cli
+
+    monkeypatch.setattr(cli, "main", meddle)
+    ran = run_main("validate", "x.yaml", cwd=tmp_path, env={"EXTRA": "1"})
+    assert (ran.returncode, ran.stdout, ran.args) == (
+        2,
+        "said\n",
+        ["trainforge", "validate", "x.yaml"],
+    )
+    after = (dict(os.environ), os.getcwd(), list(sys.argv), signal.getsignal(signal.SIGTERM))
+    assert after == before
