@@ -448,19 +448,31 @@ def evaluate_cmd(
 def generate_cmd(
     model: Annotated[
         list[str],
-        typer.Argument(help="Model folder, models/NAME, runs/NAME (several: side by side)."),
+        typer.Argument(
+            metavar="MODEL_OR_RUN",
+            help="Model folder, models/NAME, runs/NAME (several: side by side).",
+        ),
     ],
-    prompt: Annotated[list[str] | None, typer.Option(help="A prompt (repeatable).")] = None,
-    prompt_file: Annotated[Path | None, typer.Option(help="One prompt per line.")] = None,
+    prompt: Annotated[
+        list[str] | None, typer.Option(metavar="TEXT", help="A prompt (repeatable).")
+    ] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="One prompt per line.")
+    ] = None,
     chat: Annotated[bool, typer.Option("--chat", help="Talk on stdin, keeping the turns.")] = False,
     compare: Annotated[
-        list[str] | None, typer.Option(help="Also ask this model (base: the recorded base).")
+        list[str] | None,
+        typer.Option(metavar="OTHER", help="Also ask this model (base: the recorded base)."),
     ] = None,
-    max_new_tokens: Annotated[int | None, typer.Option("--max_new_tokens")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sample (default: greedy).")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for sampling.")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or mps.")] = "cpu",
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max_new_tokens", metavar="N", help="Tokens at most.")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(metavar="T", help="Sample (default: greedy).")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", metavar="P", help="Top-p.")] = None,
+    seed: Annotated[int | None, typer.Option(metavar="N", help="Seed for sampling.")] = None,
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="cpu, cuda or mps.")] = "cpu",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Ask a causal LM (its chat template, its stop tokens); base and tuned side by side."""
