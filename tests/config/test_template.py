@@ -33,6 +33,7 @@ ON_CPU = [
     "logging.mlflow=false", "logging.wandb=false", "hardware.telemetry=false",
     "hardware.launcher=local", "hardware.distributed_backend=auto",
     "hardware.swap_directory=null", "evaluation.per_device_eval_batch_size=64",
+    "logging.report=false", "logging.tensorboard=false",  # no test here reads them
 ]  # fmt: skip
 
 
