@@ -12,7 +12,6 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +43,12 @@ def owns_model(model_dir: Path, folder: RunFolder) -> bool:
 
 def check_fresh_run(config: Any, folder: RunFolder, resume: str | None) -> None:
     """Refuse, before any slow work, what the run would refuse later (module doc)."""
+    from trainforge.run.segments import launcher_job
+
     overwrite = config.output.overwrite
-    # A Slurm job restarted by its launcher resumes by itself (`resume_point`).
-    if resume is None and not os.environ.get("SLURM_JOB_ID"):
+    # Under a launcher (a requeued Slurm job, torchrun's elastic restart) a fresh start may
+    # be the run continuing by itself: the claim decides that under the folder's lock.
+    if resume is None and launcher_job() is None:
         refuse_occupied(folder, overwrite)
     from trainforge.registry import TASKS
 
