@@ -113,3 +113,43 @@ def test_flash_attention_varlen_packing_matches_alone():
     # flash-attention computes in bf16/fp16: the bound is bf16's, not fp32's.
     model = _model("llama", "flash_attention_2", device="cuda", dtype=torch.bfloat16)
     _check_packed_equals_alone(model, "cuda", atol=2e-2)
+
+
+def test_batching_is_planned_per_device_unless_the_config_says():
+    from trainforge.data.options.text import TextOptions, batching
+
+    assert batching(TextOptions(), "cuda") == (
+        True, False, "batching: padding-free packed rows (per-example position ids) (auto on cuda)"
+    )  # fmt: skip
+    assert batching(TextOptions(), "cpu") == (
+        False, True, "batching: padded batches grouped by length (auto on cpu)"
+    )  # fmt: skip
+    assert batching(TextOptions(packing=True), "cpu")[:2] == (True, False)
+    off = TextOptions(packing=False, group_by_length=False)
+    assert batching(off, "cuda") == (False, False, "batching: padded batches (data.options)")
+
+
+@pytest.mark.parametrize(
+    ("device", "packing", "line"),
+    [
+        (
+            "cuda",
+            True,
+            "batching: padding-free packed rows (per-example position ids) (auto on cuda)",
+        ),
+        ("cpu", False, "batching: padded batches grouped by length (auto on cpu)"),
+    ],
+)
+def test_the_plan_picks_the_batching_for_the_device_and_says_so(tmp_path, device, packing, line):
+    from trainforge.config import Target, finalize
+    from trainforge.config.loading import load
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "task: {kind: causal-lm}\ndata: {dataset: text, options: {max_seq_length: 64}}\n"
+    )
+    final = finalize(load(path, overrides=[], profile="cpu", flags={}), Target(device, False, "t"))
+    options = final.config.data.options
+    assert (options.packing, options.group_by_length) == (packing, not packing)
+    assert line in final.notes
+    assert final.sources["data.options.packing"] == f"plan (auto on {device})"

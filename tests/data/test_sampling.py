@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from trainforge.data.augment import BatchAugment
-from trainforge.data.sampling import StepBatchSampler, StepLayout, epoch_permutation, sample_keys
+from trainforge.data.sampling import (
+    GROUP_MEGABATCH,
+    StepBatchSampler,
+    StepLayout,
+    epoch_permutation,
+    length_grouped_order,
+    sample_keys,
+)
 
 SPLITS = [(64, 1, 1), (16, 4, 1), (32, 1, 2), (8, 4, 2), (1, 4, 4), (3, 2, 3), (5, 3, 2)]
 # (micro, accumulation, world, step batch): steps whose slots differ by one sample, or hold
@@ -121,3 +128,50 @@ def test_an_images_crop_and_flip_follow_it_into_any_micro_batch():
     assert torch.equal(torch.cat(halves), whole)
     flips = ((bits >> 32) & 1).bool()
     assert 0 < int(flips.sum()) < 12
+
+
+def _lengths(num_items: int) -> list[int]:
+    return torch.randint(3, 60, (num_items,), generator=torch.Generator().manual_seed(4)).tolist()
+
+
+def _grouped_steps(lengths, micro, accumulation, world, epoch, step_batch):
+    """{step: sorted samples} and the padded tokens of every micro-batch, all ranks."""
+    samplers = [
+        StepBatchSampler(len(lengths), 11, micro, accumulation, r, world, step_batch=step_batch,
+                         lengths=lengths)
+        for r in range(world)
+    ]  # fmt: skip
+    steps: dict[int, list[int]] = {}
+    padded = 0
+    for sampler in samplers:
+        sampler.start_at(epoch, 0)
+        for index, batch in enumerate(sampler):
+            if sampler.layout.is_padding(index):
+                continue
+            padded += len(batch) * max(lengths[i] for i in batch)
+            step = min(index // accumulation, sampler.layout.full_steps)
+            steps.setdefault(step, []).extend(batch)
+    return {k: sorted(v) for k, v in steps.items()}, padded
+
+
+@pytest.mark.parametrize(("micro", "accumulation", "world"), [(8, 1, 1), (2, 2, 2), (3, 1, 3)])
+def test_length_grouped_steps_are_the_same_on_every_split(micro, accumulation, world):
+    lengths = _lengths(1000)
+    reference, _ = _grouped_steps(lengths, 8, 1, 1, 2, 8)
+    steps, _ = _grouped_steps(lengths, micro, accumulation, world, 2, 8)
+    assert steps == reference and sorted(i for s in steps.values() for i in s) == list(range(1000))
+
+
+def test_length_grouping_cuts_padding_and_keeps_the_epochs_random():
+    lengths = _lengths(1000)
+    _, grouped = _grouped_steps(lengths, 16, 1, 1, 0, 16)
+    plain = StepBatchSampler(1000, 11, 16)
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in plain)
+    real = sum(lengths)
+    assert (grouped - real) / grouped < 0.1 < 0.3 < (padded - real) / padded
+    first = length_grouped_order(epoch_permutation(1000, 11, 0), lengths, 16, 11, 0)
+    second = length_grouped_order(epoch_permutation(1000, 11, 1), lengths, 16, 11, 1)
+    assert first != second and sorted(first) == list(range(1000))
+    # Steps are shuffled as wholes: the longest step does not always come first.
+    step_max = [max(lengths[i] for i in first[k * 16 : (k + 1) * 16]) for k in range(62)]
+    assert step_max != sorted(step_max, reverse=True) and GROUP_MEGABATCH * 16 < 1000

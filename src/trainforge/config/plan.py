@@ -239,17 +239,37 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     if warmup_note:
         notes.append(warmup_note)
     training.update(_resolve_device(config.training, target, sources))
+    data = _plan_text_batching(config, training.get("device", config.training.device), sources)
+    notes += [data[1]] if data[1] else []
     final = config.model_copy(
         update={
             "training": config.training.model_copy(update=training),
             "optimizer": optimizer,
             "schedule": schedule,
             "model": _plan_corpus(resolved, sources),
+            "data": data[0],
             "output": _plan_output_names(resolved, sources),
         }
     )
     rules = (batch_rule, rate_rule)  # planned once: the rules of this plan only
     return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
+
+
+def _plan_text_batching(config: Any, device: str, sources: dict[str, str]) -> tuple[Any, str]:
+    """Text train batches for the device (`data.options.text.batching`): `auto` packs
+    padding-free rows on CUDA and groups padded batches by length elsewhere. Returns the
+    data section and its header line ("" for other datasets)."""
+    from trainforge.data.options.text import TextOptions, batching
+
+    opts = config.data.options
+    if not isinstance(opts, TextOptions):
+        return config.data, ""
+    packing, group, line = batching(opts, device)
+    for key in ("packing", "group_by_length"):
+        if getattr(opts, key) == "auto":
+            sources[f"data.options.{key}"] = f"plan (auto on {device})"
+    options = opts.model_copy(update={"packing": packing, "group_by_length": group})
+    return config.data.model_copy(update={"options": options}), line
 
 
 def _plan_corpus(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:

@@ -67,7 +67,7 @@ def make_loader(
         # torch takes a batch sampler only without batch_size and drop_last.
         options["batch_sampler"] = StepBatchSampler(
             len(dataset), seed, batch_size, accumulation, dist.rank, dist.world_size, keyed,
-            step_batch,
+            step_batch, lengths=getattr(dataset, "group_lengths", None),
         )  # fmt: skip
         del options["batch_size"], options["drop_last"]
         if keyed:

@@ -17,6 +17,13 @@ every rank, as DDP and FSDP need), sized the same way. A slot left empty (a step
 samples than slots) is filled with a stand-in sample whose loss weight is zero
 (`StepLayout.is_padding`). No sample is repeated and none is dropped.
 
+Length grouping (`lengths`, text without packing; HF's `group_by_length` /
+`LengthGroupedSampler`): epoch e's order is cut into megabatches of `GROUP_MEGABATCH` steps,
+each sorted longest first, and its full steps are then shuffled as whole steps (the short last
+step stays last). A step then holds samples of similar length, and its micro-batches (runs of
+it) pad little; the order is still a pure function of (seed, epoch, sample index, lengths)
+and is cut in steps of the recipe's batch, so every split and every resume sees the same steps.
+
 Why not `DistributedSampler` + `BatchSampler`: they pad an epoch by repeating samples and
 split it per rank before cutting batches, so the step's samples change with the process
 count and the micro-batch. torchdata 0.11's stateful RandomSampler restores its generator to
@@ -40,6 +47,29 @@ def epoch_permutation(num_items: int, seed: int, epoch: int) -> list[int]:
     epoch_seed = int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1)[0])
     generator = torch.Generator().manual_seed(epoch_seed)
     return torch.randperm(num_items, generator=generator).tolist()
+
+
+# Steps per length-sorted megabatch: HF's LengthGroupedSampler sorts 50 batches at a time.
+GROUP_MEGABATCH = 50
+
+
+def length_grouped_order(
+    order: list[int], lengths: list[int], step_size: int, seed: int, epoch: int
+) -> list[int]:
+    """`order` (an epoch's permutation) regrouped by length in steps of `step_size`: each run
+    of GROUP_MEGABATCH steps sorted longest first, then the full steps shuffled as wholes."""
+    mega = GROUP_MEGABATCH * step_size
+    # Python's sort is stable: samples of equal length keep their shuffled order.
+    grouped = [
+        i for m in range(0, len(order), mega)
+        for i in sorted(order[m : m + mega], key=lambda i: -lengths[i])
+    ]  # fmt: skip
+    full = len(grouped) // step_size
+    state = np.random.SeedSequence([int(seed), int(epoch), 1]).generate_state(1)[0]
+    generator = torch.Generator().manual_seed(int(state))
+    steps = torch.randperm(full, generator=generator).tolist()
+    out = [i for s in steps for i in grouped[s * step_size : (s + 1) * step_size]]
+    return out + grouped[full * step_size :]
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -145,19 +175,30 @@ class StepBatchSampler(Sampler[list[int]]):
     optimizer step boundary. The iterator's state is (epoch, batches yielded). `keyed`:
     yield `epoch * num_items + index` for a `KeyedDataset`. `step_batch`: the samples of a
     full optimizer step, the recipe's effective batch (None: micro x accumulation x world).
+    `lengths`: each sample's length, to group steps by length (`length_grouped_order`).
     """
 
     def __init__(
         self, num_items: int, seed: int, micro_batch: int, accumulation: int = 1,
         rank: int = 0, world_size: int = 1, keyed: bool = False, step_batch: int | None = None,
+        lengths: list[int] | None = None,
     ) -> None:  # fmt: skip
         self.seed, self.keyed = int(seed), keyed
+        self.lengths = list(lengths) if lengths is not None else None
         self.layout = StepLayout(num_items, micro_batch, accumulation, rank, world_size, step_batch)
         self.next_epoch = 0
         self.next_batch = 0  # where the next iter() starts in its epoch
 
     def __len__(self) -> int:
         return self.layout.batches_per_epoch
+
+    def order(self, epoch: int) -> list[int]:
+        """Epoch `epoch`'s sample order: shuffled, and grouped by length where lengths are
+        given."""
+        order = epoch_permutation(self.layout.num_items, self.seed, epoch)
+        if self.lengths is None:
+            return order
+        return length_grouped_order(order, self.lengths, self.layout.step_size, self.seed, epoch)
 
     def start_at(self, epoch: int, step: int) -> None:
         """The next `iter()` starts epoch `epoch` at optimizer step `step` of this layout."""
@@ -239,7 +280,7 @@ class _StepIterator(Iterator[list[int]]):
         if self.batches >= layout.batches_per_epoch:
             raise StopIteration
         if self._order is None:
-            self._order = epoch_permutation(layout.num_items, self.sampler.seed, self.epoch)
+            self._order = self.sampler.order(self.epoch)
         batch = layout.batch(self._order, self.batches)
         self.batches += 1
         if self.sampler.keyed:

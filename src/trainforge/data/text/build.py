@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from trainforge.data.loaders import make_loader
+from trainforge.data.options.text import batching
 from trainforge.data.text.encode import IGNORE, Encoder, EncodeStats, Example, pack
 from trainforge.data.validate import validate_text_data
 
@@ -34,8 +35,11 @@ class TokenDataset(Dataset):
         pad_id: int,
         with_prompts: bool = False,
         generation_samples: int | None = None,
+        group_by_length: bool = False,
     ) -> None:
         self.examples = examples
+        # Read by the train loader's sampler (`sampling.length_grouped_order`).
+        self.group_lengths = [len(e.input_ids) for e in examples] if group_by_length else None
         self.pad_id = int(pad_id)
         self.with_prompts = with_prompts
         self.generate_rows: frozenset[int] | None = None
@@ -151,6 +155,9 @@ def build_text_data(
     read only at the end, decodes all."""
     splits = validate_text_data(cfg)
     opts = cfg.options  # the text dataset's options (`data.options`)
+    # Planned per device (`config.plan`); a section read without a plan decides here.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    packing, group_by_length, _ = batching(opts, device)
     encoder = Encoder(
         tokenizer,
         max_seq_length=opts.max_seq_length,
@@ -168,7 +175,7 @@ def build_text_data(
     for name, records in splits.items():
         examples, stats[name] = encoder.encode(records)
         print(stats[name].line(name, opts.max_seq_length))
-        if name == "train" and opts.packing:
+        if name == "train" and packing:
             examples = pack(examples, opts.max_seq_length)
             print(f"train: packed into {len(examples)} rows of <= {opts.max_seq_length} tokens")
         datasets[name] = TokenDataset(
@@ -176,6 +183,7 @@ def build_text_data(
             pad_id,
             with_prompts=name != "train" and with_prompts,
             generation_samples=generation_samples if name == "val" else None,
+            group_by_length=name == "train" and group_by_length,
         )
     common = {"cfg": cfg, "seed": seed, "batched_fetch": True}
     loaders = {
