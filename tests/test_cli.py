@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakes.cli_args import DIGITS_TINY
+from fakes.cli_args import DIGITS_TINY, set_flags
 from fakes.in_process import run_in_process, run_main
 from fakes.runs import TINY_VIT
 
@@ -63,9 +63,8 @@ def test_digits_end_to_end(tmp_path):
 
 
 def test_resume_auto_continues_from_newest_checkpoint(tmp_path):
-    tiny = [part for key, value in TINY_VIT.items() for part in ("--set", f"{key}={value}")]
     base = [
-        *tiny,
+        *set_flags(TINY_VIT),
         "--set",
         "logging.report=false",
         "--set",
@@ -205,7 +204,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         f"output.dir={tmp_path}",
         "--set",
         "checkpoint.save_every_epochs=null",
-        *(part for key, value in TINY_VIT.items() for part in ("--set", f"{key}={value}")),
+        *set_flags(TINY_VIT),
         *("--set", "logging.report=false"),
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

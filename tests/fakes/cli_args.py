@@ -1,16 +1,23 @@
 """Command-line arguments of a tiny digits run that checkpoints every 2 steps, shared by the
-tests that train through the real `trainforge train`. It draws no report (`logging.report`):
-a test that reads one adds `--set logging.report=true`."""
+tests that train through the real `trainforge train`: the tiny ViT of fakes.runs as `--set`
+flags. It draws no report (`logging.report`): a test that reads one adds
+`--set logging.report=true`."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from fakes.runs import REPO, TINY_VIT
 
-REPO = Path(__file__).resolve().parents[2]
+__all__ = ["DIGITS_TINY", "REPO", "set_flags"]
+
+
+def set_flags(values: dict) -> list[str]:
+    """{key: value} as `--set key=value` arguments."""
+    return [part for key, value in values.items() for part in ("--set", f"{key}={value}")]
+
+
 DIGITS_TINY = [
     str(REPO / "config/vit_digits.yaml"), "--profile", "cpu",
-    "--set", "model.embedding_dim=16", "--set", "model.num_layers=1",
-    "--set", "model.num_heads=2", "--set", "model.mlp_size=16",
+    *set_flags(TINY_VIT),
     "--set", "checkpoint.save_steps=2", "--set", "checkpoint.save_every_epochs=null",
     "--set", "checkpoint.save_best=false", "--set", "evaluation.eval_every_epochs=null",
     "--set", "logging.tensorboard=false", "--set", "logging.progress_bar=false",
