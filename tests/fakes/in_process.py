@@ -5,11 +5,12 @@ fixtures such as tiny_cifar apply) and collect its exit code and output.
 same `returncode` / `stdout` / `stderr` answer at a fraction of the cost (a child pays
 1-2 s of interpreter and library start-up for a one-line refusal). It runs `cli.main()` with
 the process state a command may change put back afterwards: os.environ, the working
-directory, sys.argv, torch's thread count, the root logger's handlers and level, the signal
-handlers and sys.meta_path. pytest's own `subprocess.CompletedProcess` was the model for the
-answer; no library runs a Typer app in-process with all of that restored (Typer's CliRunner
-swaps the streams only and does not run trainforge's `main()` error handling).
-"""
+directory, sys.argv, torch's thread count, the root logger's handlers and level and the
+signal handlers. The quiet console (observe.quiet) stays installed: it is set up once per
+process, as a real process keeps it. pytest's own `subprocess.CompletedProcess` was the
+model for the answer; no library runs a Typer app in-process with all of that restored
+(Typer's CliRunner swaps the streams only and does not run trainforge's `main()` error
+handling)."""
 
 from __future__ import annotations
 
@@ -66,12 +67,7 @@ def _exit_code(exit_: SystemExit) -> int:
 @contextlib.contextmanager
 def restored_process_state() -> Iterator[None]:
     """Whatever a command changes in the process is put back when the block ends."""
-    environ, cwd, argv, meta_path = (
-        dict(os.environ),
-        os.getcwd(),
-        list(sys.argv),
-        list(sys.meta_path),
-    )
+    environ, cwd, argv = dict(os.environ), os.getcwd(), list(sys.argv)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     signals = {number: signal.getsignal(number) for number in SIGNALS}
@@ -83,7 +79,6 @@ def restored_process_state() -> Iterator[None]:
         os.environ.update(environ)
         os.chdir(cwd)
         sys.argv[:] = argv
-        sys.meta_path[:] = meta_path
         root.handlers[:] = handlers
         root.setLevel(level)
         for number, handler in signals.items():
