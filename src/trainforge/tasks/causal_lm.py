@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainforge.config.schema import RunConfig
-from trainforge.data.text import IGNORE, EncodeStats, build_text_data, pad_token_id
+from trainforge.data.text import EncodeStats, build_text_data, pad_token_id
 from trainforge.engine import stop
 from trainforge.engine.evaluate import evaluate_batches
 from trainforge.engine.precision import PrecisionPlan
@@ -41,6 +40,7 @@ from trainforge.errors import UserError
 from trainforge.models import hf
 from trainforge.models.base_model import resolve_base_model
 from trainforge.runfolder import RunFolder
+from trainforge.tasks import lm_loss
 from trainforge.tasks.sequence_metrics import error_counts
 
 
@@ -116,17 +116,16 @@ class CausalLM(Task):
         return int(batch["input_ids"].shape[0])
 
     def step(self, model: nn.Module, batch: dict[str, Any]) -> StepOutput:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        logits = logits[:, :-1]
-        targets = batch["labels"][:, 1:]
-        loss_sum = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]).float(),
-            targets.reshape(-1),
-            ignore_index=IGNORE,
-            reduction="sum",
-        )
+        """Loss and accuracy over the target tokens, without the `[B, T, V]` logits: the
+        head is applied chunk by chunk to the target rows only (`tasks.lm_loss`)."""
+        # No KV cache: a loss needs none, and transformers reads packed position_ids only
+        # without one.
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        inputs["use_cache"] = False
+        if "position_ids" in batch:  # packed rows: transformers builds the block-diagonal mask
+            inputs.update(position_ids=batch["position_ids"], attention_mask=None)
+        loss_sum, correct = lm_loss.next_token_loss(model, inputs, batch["labels"])
         num_targets = int(batch["num_targets"])  # counted on the host by the loader
-        correct = ((logits.argmax(dim=-1) == targets) & (targets != IGNORE)).sum()
         sums = {"correct": correct}
         if not model.training and self.config.task.eval_generation and "prompt_ids" in batch:
             sums.update(self._generation_sums(model, batch))
