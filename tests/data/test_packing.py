@@ -116,7 +116,8 @@ def test_flash_attention_varlen_packing_matches_alone():
 
 
 def test_batching_is_planned_per_device_unless_the_config_says():
-    from trainforge.data.options.text import TextOptions, batching
+    from trainforge.config.plan import text_batching as batching
+    from trainforge.data.options.text import TextOptions
 
     assert batching(TextOptions(), "cuda") == (
         True, False, "batching: padding-free packed rows (per-example position ids) (auto on cuda)"

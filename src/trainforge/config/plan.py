@@ -256,20 +256,34 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
 
 
 def _plan_text_batching(config: Any, device: str, sources: dict[str, str]) -> tuple[Any, str]:
-    """Text train batches for the device (`data.options.text.batching`): `auto` packs
+    """Text train batches for the device (`text_batching`): `auto` packs
     padding-free rows on CUDA and groups padded batches by length elsewhere. Returns the
     data section and its header line ("" for other datasets)."""
-    from trainforge.data.options.text import TextOptions, batching
-
     opts = config.data.options
-    if not isinstance(opts, TextOptions):
+    if config.data.dataset != "text" or not hasattr(opts, "group_by_length"):
         return config.data, ""
-    packing, group, line = batching(opts, device)
+    packing, group, line = text_batching(opts, device)
     for key in ("packing", "group_by_length"):
         if getattr(opts, key) == "auto":
             sources[f"data.options.{key}"] = f"plan (auto on {device})"
     options = opts.model_copy(update={"packing": packing, "group_by_length": group})
     return config.data.model_copy(update={"options": options}), line
+
+
+def text_batching(options: Any, device: str) -> tuple[bool, bool, str]:
+    """(packing, group_by_length, the header's line) of the text dataset's options
+    (`data.options.packing` / `group_by_length`) for training on `device`: `auto` packs on
+    CUDA (padding-free rows) and groups padded batches by length elsewhere, where TRL's
+    padding-free mode ran slower than its padded default on a CPU."""
+    packing = options.packing if options.packing != "auto" else device == "cuda"
+    group = getattr(options, "group_by_length", "auto")
+    group = (not packing) if group == "auto" else bool(group) and not packing
+    if packing:
+        how = "padding-free packed rows (per-example position ids)"
+    else:
+        how = "padded batches" + (" grouped by length" if group else "")
+    why = "data.options" if options.packing != "auto" else f"auto on {device}"
+    return packing, group, f"batching: {how} ({why})"
 
 
 def _plan_corpus(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:

@@ -3,8 +3,9 @@ tokenizes and (optionally) packs. Its fields were flat fields of `data` once
 (`data.train_file`); those spellings still load (see `config.schema.DATA_FLAT`).
 
 How train batches are made (`packing`, `group_by_length`) is planned per device
-(`batching`): padding-free packed rows on CUDA, length-grouped padded batches elsewhere,
-where TRL's padding-free mode measured slower than its padded default on the CPU."""
+(`config.plan.text_batching`): padding-free packed rows on CUDA, length-grouped padded
+batches elsewhere, where TRL's padding-free mode measured slower than its padded default on
+the CPU."""
 
 from __future__ import annotations
 
@@ -62,17 +63,3 @@ class TextOptions(SplitOptions):
         description="Held-out share of train_file for validation when no validation_file is "
         "given (a fixed, seeded split).",
     )
-
-
-def batching(options: TextOptions, device: str) -> tuple[bool, bool, str]:
-    """(packing, group_by_length, the header's line) for training on `device`: `auto`
-    packs on CUDA (padding-free rows) and groups padded batches by length elsewhere."""
-    packing = options.packing if options.packing != "auto" else device == "cuda"
-    group = getattr(options, "group_by_length", "auto")
-    group = (not packing) if group == "auto" else bool(group) and not packing
-    if packing:
-        how = "padding-free packed rows (per-example position ids)"
-    else:
-        how = "padded batches" + (" grouped by length" if group else "")
-    why = "data.options" if options.packing != "auto" else f"auto on {device}"
-    return packing, group, f"batching: {how} ({why})"

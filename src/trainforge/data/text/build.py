@@ -18,8 +18,8 @@ import torch
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from trainforge.config.plan import text_batching
 from trainforge.data.loaders import make_loader
-from trainforge.data.options.text import batching
 from trainforge.data.text.encode import IGNORE, Encoder, EncodeStats, Example, pack
 from trainforge.data.validate import validate_text_data
 
@@ -154,37 +154,7 @@ def build_text_data(
     validation decodes `generation_samples` evenly spaced rows (None: all); the test split,
     read only at the end, decodes all."""
     splits = validate_text_data(cfg)
-    opts = cfg.options  # the text dataset's options (`data.options`)
-    # Planned per device (`config.plan`); a section read without a plan decides here.
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    packing, group_by_length, _ = batching(opts, device)
-    encoder = Encoder(
-        tokenizer,
-        max_seq_length=opts.max_seq_length,
-        prompt_template=opts.prompt_template,
-        use_chat_template=opts.use_chat_template,
-    )
-    if opts.use_chat_template and not encoder.chat:  # one line a run, not one a record
-        print(
-            "the tokenizer has no chat template: records are written with "
-            f"data.options.prompt_template {opts.prompt_template!r}"
-        )
-    pad_id = pad_token_id(tokenizer)
-    datasets: dict[str, TokenDataset] = {}
-    stats: dict[str, EncodeStats] = {}
-    for name, records in splits.items():
-        examples, stats[name] = encoder.encode(records)
-        print(stats[name].line(name, opts.max_seq_length))
-        if name == "train" and packing:
-            examples = pack(examples, opts.max_seq_length)
-            print(f"train: packed into {len(examples)} rows of <= {opts.max_seq_length} tokens")
-        datasets[name] = TokenDataset(
-            examples,
-            pad_id,
-            with_prompts=name != "train" and with_prompts,
-            generation_samples=generation_samples if name == "val" else None,
-            group_by_length=name == "train" and group_by_length,
-        )
+    datasets, stats = _datasets(splits, cfg.options, tokenizer, with_prompts, generation_samples)
     common = {"cfg": cfg, "seed": seed, "batched_fetch": True}
     loaders = {
         name: make_loader(
@@ -205,3 +175,49 @@ def build_text_data(
         num_val=len(datasets["val"]),
         stats=stats,
     )
+
+
+def _encoder(opts: Any, tokenizer: Any) -> Encoder:
+    encoder = Encoder(
+        tokenizer,
+        max_seq_length=opts.max_seq_length,
+        prompt_template=opts.prompt_template,
+        use_chat_template=opts.use_chat_template,
+    )
+    if opts.use_chat_template and not encoder.chat:  # one line a run, not one a record
+        print(
+            "the tokenizer has no chat template: records are written with "
+            f"data.options.prompt_template {opts.prompt_template!r}"
+        )
+    return encoder
+
+
+def _datasets(
+    splits: dict[str, Any],
+    opts: Any,
+    tokenizer: Any,
+    with_prompts: bool,
+    generation_samples: int | None,
+) -> tuple[dict[str, TokenDataset], dict[str, EncodeStats]]:
+    """Each split tokenized; the train split packed or grouped by length as planned."""
+    # Planned per device (`config.plan`); a section read without a plan decides here.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    packing, group_by_length, _ = text_batching(opts, device)
+    encoder = _encoder(opts, tokenizer)
+    pad_id = pad_token_id(tokenizer)
+    datasets: dict[str, TokenDataset] = {}
+    stats: dict[str, EncodeStats] = {}
+    for name, records in splits.items():
+        examples, stats[name] = encoder.encode(records)
+        print(stats[name].line(name, opts.max_seq_length))
+        if name == "train" and packing:
+            examples = pack(examples, opts.max_seq_length)
+            print(f"train: packed into {len(examples)} rows of <= {opts.max_seq_length} tokens")
+        datasets[name] = TokenDataset(
+            examples,
+            pad_id,
+            with_prompts=name != "train" and with_prompts,
+            generation_samples=generation_samples if name == "val" else None,
+            group_by_length=name == "train" and group_by_length,
+        )
+    return datasets, stats
