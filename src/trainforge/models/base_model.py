@@ -8,7 +8,8 @@ a base model made from a two-line smoke-test file must never become the real run
 later run whose corpus differs (another hash) never reuses it: it uses a base model of its
 own, named with its corpus (`NAME-<corpus stem>-<hash prefix>`), created on first use as
 well, and says so in one line. A model that records no corpus (downloaded, or made by an
-older version) is used as it is.
+older version) is used as it is. A Hugging Face id (`org/name[@rev]`, `trainforge.models.hub`)
+is its snapshot in the cache, never a folder to create: `model.init_arch` is for local paths.
 
 The name as written belongs to the config's own corpus (`model.init_corpus`, planned from the
 config file's train file): a smoke test run first with `--data_file test_mini.tsv` makes
@@ -28,6 +29,7 @@ from typing import Any
 
 from trainforge.errors import UserError
 from trainforge.models import hf
+from trainforge.models.hub import is_hub_id, resolve_hub_model
 
 HASH_PREFIX = 8  # characters of the corpus hash in a derived model name
 
@@ -75,6 +77,10 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
             "pick a base model (--base-model models/NAME, or model.model_name_or_path); "
             "`trainforge models init NAME --corpus FILE` makes a small one",
         )
+    if is_hub_id(m.model_name_or_path, config.output.models_dir):  # never made at random
+        found = resolve_hub_model(m.model_name_or_path)
+        print(f"base model {found.repo_id}@{found.revision}: commit {found.commit} ({found.path})")
+        return hf.check_model_dir(found.path)
     path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
     if not m.init_arch or not config.data.options.train_file:
         return hf.check_model_dir(path)

@@ -1,0 +1,118 @@
+"""Base models by Hugging Face id, offline, from a cache in huggingface_hub's real layout
+(fakes.hf_cache): each reference architecture trains as itself, never as a new random model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fakes.hf_cache import FAMILIES, commit_of
+from fakes.tiny_lm import lm_overrides
+from trainforge.errors import UserError
+from trainforge.models.hub import is_hub_id, resolve_hub_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture
+def offline_cache(hf_cache, monkeypatch):
+    """HF_HUB_CACHE at the fixture cache, downloads off (the constants are read at import)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(hf_cache.root))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_cache.root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return hf_cache
+
+
+@pytest.mark.parametrize(
+    ("value", "hub"),
+    [
+        ("google/gemma-3-270m-it", True),
+        ("Qwen/Qwen3-0.6B@refs/pr/3", True),
+        ("models/g2p-small", False),
+        ("./google/gemma", False),
+        ("/abs/org/name", False),
+        ("~/org/name", False),
+        ("tiny", False),
+        ("a/b/c", False),
+    ],
+)
+def test_which_values_are_hub_ids(value, hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert is_hub_id(value) is hub
+
+
+def test_an_existing_folder_shaped_like_an_id_stays_a_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert not is_hub_id("org/name")
+
+
+def test_an_id_resolves_to_its_snapshot_and_commit(offline_cache):
+    repo_id = FAMILIES["gemma3"].repo_id
+    found = resolve_hub_model(repo_id)
+    assert found.commit == commit_of(repo_id)
+    assert found.path.parent.parent.name == "models--google--gemma-3-tiny-it"
+    assert (found.path / "config.json").is_symlink()
+    pinned = resolve_hub_model(f"{repo_id}@{found.commit}")
+    assert pinned.path == found.path
+
+
+def test_an_uncached_id_offline_is_one_line_naming_the_cache_and_pull(offline_cache):
+    with pytest.raises(UserError) as err:
+        resolve_hub_model("google/gemma-3-270m-it")
+    assert "google/gemma-3-270m-it" in err.value.message
+    assert str(offline_cache.root) in err.value.message
+    assert "trainforge models pull google/gemma-3-270m-it" in err.value.fix
+
+
+def test_an_uncached_id_is_refused_never_created(offline_cache, tmp_path, monkeypatch, capsys):
+    """The issue's command: the G2P recipe (init_arch: llama) with a Gemma id not cached."""
+    from fakes.in_process import REPO, run_in_process
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_in_process(
+        monkeypatch, capsys, "train", str(REPO / "config" / "g2p_cmudict.yaml"),
+        "--base-model", "google/gemma-3-270m-it", "--max_steps", "3",
+    )  # fmt: skip
+    assert code == 2, err
+    assert "trainforge models pull google/gemma-3-270m-it" in err and "Traceback" not in err
+    assert not (tmp_path / "google").exists()
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_each_architecture_trains_by_id_as_itself(name, offline_cache, tmp_path, lm_corpus):
+    """On a folder-only resolver the Gemma id became a new random Llama: this fails there."""
+    from trainforge.config import validate
+    from trainforge.hardware import detect
+    from trainforge.train import train
+
+    family = FAMILIES[name]
+    sets = {
+        "training.max_steps": 2,
+        "training.per_device_train_batch_size": 4,
+        "model.init_arch": "llama",  # must not apply to an id
+        "evaluation.eval_every_epochs": "null",
+        "evaluation.generation_samples": 2,
+        "hardware.telemetry": "false",
+        "output.dir": str(tmp_path / "runs"),
+        "output.models_dir": str(tmp_path / "models"),
+        "output.model_name": "tuned",
+    }
+    platform = detect()
+    resolved = validate(
+        None, platform=platform, profile="cpu",
+        overrides=lm_overrides(family.repo_id, lm_corpus["json"], **sets),  # type: ignore[arg-type]
+    )  # fmt: skip
+    summary = train(resolved, platform)
+    assert summary.global_step == 2
+    out = tmp_path / "models" / "tuned"
+    assert json.loads((out / "config.json").read_text())["architectures"] == [family.arch]
+    recorded = json.loads((out / "trainforge.json").read_text())
+    assert recorded["base_model"] == family.repo_id
+    assert commit_of(family.repo_id) in recorded["base_model_path"]
+    assert not Path(family.repo_id).exists()
