@@ -257,3 +257,17 @@ def test_a_conversational_completion_needs_an_answer(tmp_path):
     path.write_text(json.dumps(record))
     with pytest.raises(UserError, match="completion: messages have no assistant turn"):
         read_records(path)
+
+
+def test_a_tokenizer_without_a_chat_template_is_said_once(capsys, gpt2_tok, chat_tok):
+    from trainforge.data.options.text import TextOptions
+    from trainforge.data.text.build import _encoder
+
+    assert not _encoder(TextOptions(), gpt2_tok).chat
+    assert capsys.readouterr().out == (
+        "the tokenizer has no chat template: records are written with "
+        "data.options.prompt_template '{prompt}\\n'\n"
+    )
+    assert _encoder(TextOptions(), chat_tok).chat and capsys.readouterr().out == ""
+    assert not _encoder(TextOptions(use_chat_template=False), gpt2_tok).chat
+    assert capsys.readouterr().out == ""  # asked for: nothing to say
