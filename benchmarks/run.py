@@ -70,6 +70,7 @@ BENCHMARKS = [
     ("lm_peers", "lm_trainforge_process_s", None, "info"),
     ("lm_peers", "lm_trl_process_s", None, "info"),
     ("lm_peers", "lm_hf_process_s", None, "info"),
+    ("lm_memory", "lm_chunked_vs_full_peak_memory", 0.5, "<="),
 ]
 
 
