@@ -2,7 +2,7 @@
 replaced by `trainforge train config/g2p_cmudict.yaml`: a two-line Hebrew `test_mini.tsv`,
 10 steps, checkpoints at 5 and 10, batch 2, against the config's whole CMUdict validation
 and test splits. Then a second corpus in the same project, which must not reuse the base
-model the smoke test created.
+model the smoke test created, and needs neither --overwrite nor names of its own.
 
 The wall time of the smoke run is printed (the plan's goal: under 2 minutes on a 2-core
 CPU), never asserted: a test must not depend on the machine's load.
@@ -63,7 +63,7 @@ def test_the_plans_smoke_test_as_written_then_a_second_corpus(project, capsys):
     with capsys.disabled():
         print(f"\nDGX Spark plan smoke test: exit {smoke.returncode} in {wall_s:.1f} s wall")
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
-    run = RunFolder(project / "runs" / "g2p_cmudict")
+    run = RunFolder(project / "runs" / "g2p_cmudict-test_mini")
     for step in (5, 10):
         assert ckpt.verify(run.checkpoints / f"checkpoint-{step}") is None, step
     out = smoke.stdout
@@ -95,9 +95,12 @@ def test_the_plans_smoke_test_as_written_then_a_second_corpus(project, capsys):
     second = trainforge(
         project, "train", "config/g2p_cmudict.yaml", "--data_file", "words.tsv",
         "--eval_file", "words.tsv", "--test_file", "null", "--max_steps", "2",
-        "--run_name", "second", "--set", "output.model_name=g2p-second",
     )  # fmt: skip
+    # No --overwrite, no names: the second corpus names its own run folder and output model.
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert RunFolder(project / "runs" / "g2p_cmudict-words").is_run()
+    assert (project / "models" / "g2p-cmudict-words" / "config.json").is_file()
+    assert (project / "models" / "g2p-cmudict-test_mini" / "config.json").is_file()
     own = sorted((project / "models").glob("g2p-small-words-*"))
     assert len(own) == 1, sorted(p.name for p in (project / "models").iterdir())
     assert f"creating base model models/{own[0].name}" in second.stdout
