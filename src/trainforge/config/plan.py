@@ -440,3 +440,45 @@ def _resolve_device(t: TrainingConfig, target: Target, sources: dict[str, str]) 
         out["precision"] = ("bf16" if target.bf16 else "fp16") if device == "cuda" else "fp32"
         sources["training.precision"] = f"auto: {device}"
     return out
+
+
+# ------------------------------------------------------------ a causal LM's eval batch
+@dataclass(frozen=True)
+class LMShape:
+    """What a causal LM's evaluation memory depends on (bytes: its weights as loaded)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    seq_len: int
+    model_bytes: int
+    chunk_elements: int = 1 << 24  # `tasks.lm_loss.CHUNK_ELEMENTS`
+
+
+def lm_eval_bytes(shape: LMShape, batch: int) -> int:
+    """An upper estimate of an evaluation pass's peak at `batch` rows (no gradients): the
+    weights, the loss's chunk of fp32 logits with its softmax (never `[B, T, V]`), per row
+    greedy decoding's next-token fp32 logits and their processed copies (3 x V), the
+    activations of one layer and the KV cache over the sequence."""
+    s = shape
+    fixed = s.model_bytes + 3 * 4 * s.chunk_elements
+    per_row = 4 * (3 * s.vocab_size + 8 * s.seq_len * s.hidden_size)
+    per_row += 4 * 2 * s.num_layers * s.seq_len * s.hidden_size
+    return fixed + batch * per_row
+
+
+def lm_eval_batch(eval_batch: int, shape: LMShape, budget_bytes: int) -> tuple[int, str | None]:
+    """(the eval batch to use, the line that says why it is lower, or None): the largest
+    batch up to `eval_batch` whose estimated peak fits `budget_bytes`, at least 1."""
+    if lm_eval_bytes(shape, eval_batch) <= budget_bytes:
+        return eval_batch, None
+    per_row = lm_eval_bytes(shape, 1) - lm_eval_bytes(shape, 0)
+    fits = max(1, (budget_bytes - lm_eval_bytes(shape, 0)) // per_row)
+    fits = min(eval_batch, int(fits))
+    gib = 1024**3
+    line = (
+        f"evaluation: per_device_eval_batch_size {eval_batch} lowered to {fits}: the "
+        f"{shape.vocab_size:,}-token head needs about {lm_eval_bytes(shape, eval_batch) / gib:.1f}"
+        f" GiB at {eval_batch}, over the {budget_bytes / gib:.1f} GiB budget"
+    )
+    return fits, line

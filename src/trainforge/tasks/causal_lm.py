@@ -62,6 +62,7 @@ class CausalLM(Task):
     items_name: str = "tokens"
     validates_at_end: bool = True  # save_final validates the whole split (`final_evaluation`)
     final_stop: str | None = None  # the signal that cut `final_evaluation` short
+    eval_batch_size: int | None = None  # the configured one, lowered where the head needs it
 
     @classmethod
     def from_config(cls, config: RunConfig) -> CausalLM:
@@ -74,19 +75,20 @@ class CausalLM(Task):
         base_dir = resolve_base_model(config)
         tokenizer = hf.load_tokenizer(base_dir)
         t = config.training
+        model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
+        _check_positions(model, config.data.options.max_seq_length)
+        eval_batch_size = _eval_batch(model, config)
         data = build_text_data(
             config.data,
             tokenizer,
             batch_size=t.per_device_train_batch_size,
-            eval_batch_size=config.evaluation.per_device_eval_batch_size,
+            eval_batch_size=eval_batch_size,
             seed=t.seed,
             with_prompts=config.task.eval_generation,
             accumulation=t.gradient_accumulation_steps,
             step_batch=t.global_batch_size,
             generation_samples=config.evaluation.generation_samples,
         )
-        model = hf.load_causal_lm(base_dir, gradient_checkpointing=t.gradient_checkpointing)
-        _check_positions(model, config.data.options.max_seq_length)
         if config.lora.enabled:
             model = hf.apply_lora(model, config.lora)
         trainable, total = hf.count_parameters(model)
@@ -102,6 +104,7 @@ class CausalLM(Task):
             base_dir=base_dir,
             output_path=output_path,
             data_stats=data.stats,
+            eval_batch_size=eval_batch_size,
         )
 
     # ------------------------------------------------------------ the loop
@@ -205,7 +208,7 @@ class CausalLM(Task):
         """
         device = next(model.parameters()).device
         precision = PrecisionPlan.create(self.config.training.precision, device)
-        size = self.config.evaluation.per_device_eval_batch_size
+        size = self.eval_batch_size or self.config.evaluation.per_device_eval_batch_size
         # Rows of similar length share a batch: less padding to run the model over (the
         # metrics are sums, so the order does not change them).
         order = sorted(range(len(dataset)), key=lambda i: len(dataset.examples[i].input_ids))
@@ -340,6 +343,34 @@ class CausalLM(Task):
             "validation_metrics": self.validation_metrics,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         }
+
+
+def _eval_batch(model: nn.Module, config: RunConfig) -> int:
+    """The configured eval batch, lowered (with one line) where the model's head would not
+    fit it in memory (`config.plan.lm_eval_batch`): the budget is
+    `hardware.memory_budget_gib` when set, else the memory this process may still take."""
+    import psutil
+
+    from trainforge.config.plan import LMShape, lm_eval_batch
+    from trainforge.hardware.limits import memory_available
+
+    cfg = model.config
+    wanted = config.evaluation.per_device_eval_batch_size
+    shape = LMShape(
+        vocab_size=int(cfg.vocab_size),
+        hidden_size=int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0)),
+        num_layers=int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0)),
+        seq_len=config.data.options.max_seq_length,
+        model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        chunk_elements=lm_loss.CHUNK_ELEMENTS,
+    )
+    budget_gib = config.hardware.memory_budget_gib
+    available = memory_available(psutil.virtual_memory().available)
+    budget = budget_gib * 1024**3 if budget_gib else available
+    size, line = lm_eval_batch(wanted, shape, int(budget))
+    if line:
+        print(line)
+    return size
 
 
 def _check_positions(model: nn.Module, max_seq_length: int) -> None:
