@@ -92,13 +92,15 @@ def resolve_hub_model(value: str, *, download: bool | None = None) -> HubModel:
 
     repo_id, revision = split_id(value)
     online = (not offline()) if download is None else download
+    if online:  # a cached snapshot costs two small API calls; the files are not fetched again
+        print(f"base model {value}: fetching from the Hub into {cache_folder()} (resumable)")
     try:
         folder = snapshot_download(
             repo_id,
             revision=revision,
             allow_patterns=ALLOW_PATTERNS,
             local_files_only=not online,
-            tqdm_class=_progress_class(value) if online else None,
+            tqdm_class=_quiet_bars(),
         )
     except Exception as err:  # huggingface_hub's errors, mapped below to one line each
         raise hub_error(value, err, online) from None
@@ -146,16 +148,13 @@ def hub_error(value: str, err: Exception, online: bool) -> UserError:
     )
 
 
-def _progress_class(value: str) -> type:
-    """A tqdm class that prints one trainforge line per file instead of hf's bars."""
+def _quiet_bars() -> type:
+    """A tqdm class that draws nothing: the download is one trainforge line, not hf's bars."""
     from tqdm.auto import tqdm
 
-    class OneLine(tqdm):
+    class Quiet(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
-            total = kwargs.get("total")
-            if kwargs.get("unit") == "B" and total:
-                print(f"downloading {value}: {kwargs.get('desc') or 'file'} ({total:,} bytes)")
 
-    return OneLine
+    return Quiet
