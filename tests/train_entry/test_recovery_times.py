@@ -55,7 +55,10 @@ def test_a_requeue_records_stop_save_start_load_first_step_and_recovery(tmp_path
 
     step = json.loads((run.checkpoints / "checkpoint_interrupted/meta.json").read_text())
     # The requeued job: the same command line, no --resume, two more steps.
-    again = start(tmp_path, "--set", f"training.max_steps={step['global_step'] + 2}", env=env)
+    again = start(
+        tmp_path, "--set", f"training.max_steps={step['global_step'] + 2}",
+        "--set", "logging.report=true", env=env,  # its timeline is read below
+    )  # fmt: skip
     out, _ = again.communicate(timeout=DEADLINE_S)
     assert again.returncode == 0, out
     first, second = run.read_run()["segments"]
