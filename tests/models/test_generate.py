@@ -218,3 +218,31 @@ def test_a_lora_run_answers_from_its_adapter_or_its_checkpoint(
             assert loaded.source.checkpoint.parent.name == "checkpoint-2"
     assert not torch.allclose(logits["adapter"], logits["base"])
     assert not torch.allclose(logits["checkpoint"], logits["base"])
+
+
+def test_a_gemma_3_id_in_the_cache_answers_and_stops_at_end_of_turn(
+    hf_cache, monkeypatch, tmp_path, single_thread, bars_off
+):
+    """By id, offline, from huggingface_hub's cache: Gemma 3's own turns, and both of its
+    generation config's stop tokens."""
+    from huggingface_hub import constants
+
+    for name, value in (("HF_HUB_CACHE", str(hf_cache.root)), ("HF_HUB_OFFLINE", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_cache.root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)  # no local folder of that name: the id is an id
+    repo_id = hf_cache.repo_id("gemma3")
+    loaded = ans.load(locate(repo_id), Settings(max_new_tokens=3))
+    assert loaded.chat and loaded.source.model_dir.parent.name == "snapshots"
+    ids = ans.prompt_ids(loaded, [{"role": "user", "content": "Say hello."}])
+    assert loaded.tokenizer.decode(ids).endswith("<start_of_turn>model\n")
+    stops = loaded.tokenizer.convert_ids_to_tokens(loaded.stop_ids)
+    assert set(stops) == {"<eos>", "<end_of_turn>"}
+    ran = run_main("generate", repo_id, "--prompt", "Say hello.", "--max_new_tokens", "3",
+                   cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert f"model {repo_id}: " in ran.stdout and "stops at <eos>, <end_of_turn>" in ran.stdout
+    missing = run_main("generate", "google/absent-model", "--prompt", "x", cwd=tmp_path,
+                       env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1

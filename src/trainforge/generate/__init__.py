@@ -4,7 +4,8 @@ Owns which model a name means for generation (`sources`), how a prompt becomes t
 input and the generation settings (`answer`), and the command: prompts, chat, side-by-side
 answers, one block per prompt or JSON for the web app's Try it (`command`).
 
-Which model: a Hugging Face model folder (`models/NAME`, any path), a LoRA adapter folder
+Which model: a Hugging Face model folder (`models/NAME`, any path), a Hub id (`org/name[@rev]`,
+through huggingface_hub's cache: `models.hub`), a LoRA adapter folder
 (with the base model it names), or a causal-lm run folder: its `model/` (the final model, or
 the merged one), else its `adapter/` on its base (`models.hf.init_from_folders`, the answer
 `model.init_from` uses for a causal-lm run); a run that never finished is read from the

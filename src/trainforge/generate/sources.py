@@ -1,6 +1,6 @@
 """Which model a name means for `trainforge generate` (the package doc lists the cases), found
 before anything loads, and the generation settings asked for. A Hub id goes through
-`models.hub` (the huggingface_hub cache) where that module is installed.
+`models.hub` (huggingface_hub's cache, as a base model does).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def locate(name: str, models_dir: str | Path = "models") -> Source:
 
     path = hf.resolve_model_dir(name, models_dir)
     if not path.exists():
-        hub = _hub_source(name)
+        hub = _hub_source(name, models_dir)
         if hub is not None:
             return hub
         raise UserError(f"{name}: no such model folder or run folder", HOW)
@@ -129,26 +129,23 @@ def _existing(value: Any, run: Path | None) -> Path | None:
 def _base_of_config(config: dict[str, Any], run: Path) -> Path:
     value = (config.get("model") or {}).get("model_name_or_path")
     found = _existing(value, run)
-    if found is not None:
-        return found
+    hub = _hub_source(str(value), "models") if value and found is None else None
+    if found is not None or hub is not None:
+        return found if found is not None else hub.model_dir
     raise UserError(
         f"{run}: its base model {value} is not here",
         "run generate where the run started, or pass its model folder",
     )
 
 
-def _hub_source(name: str) -> Source | None:
-    """A Hub id through the huggingface_hub cache (`models.hub`), where that module exists."""
-    try:
-        from trainforge.models import hub  # type: ignore[attr-defined]
-    except ImportError:
+def _hub_source(name: str, models_dir: str | Path) -> Source | None:
+    """A Hub id (`org/name[@rev]`) through huggingface_hub's cache (`models.hub`, as a base
+    model is resolved: downloaded when online); None when `name` is no id."""
+    from trainforge.models import hub
+
+    if not hub.is_hub_id(name, models_dir):
         return None
-    resolve = getattr(hub, "resolve", None) or getattr(hub, "resolve_model", None)
-    if resolve is None or "/" not in name or Path(name).is_absolute():
-        return None
-    folder = resolve(name)
-    folder = getattr(folder, "path", folder)
-    return Source(name, Path(folder))
+    return Source(name, hub.resolve_hub_model(name).path)
 
 
 def _writer_of(folder: Path) -> Path | None:
