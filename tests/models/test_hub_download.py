@@ -96,3 +96,19 @@ def test_an_unknown_id_is_one_line(hub):
     with pytest.raises(UserError) as err:
         resolve_hub_model("nobody/nothing")
     assert "no model nobody/nothing" in err.value.message and "HF_TOKEN" in err.value.fix
+
+
+def test_models_pull_downloads_and_refuses_a_folder_name(hub, monkeypatch, capsys, tmp_path):
+    from fakes.in_process import run_in_process
+
+    _, cache, _ = hub
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process(monkeypatch, capsys, "models", "pull", f"{REPO_ID}@v1")
+    assert code == 0, err
+    assert f"commit {commit_of(REPO_ID, 'v1')}" in out and f"--base-model {REPO_ID}@v1" in out
+    snapshot = (
+        cache / "models--openai-community--gpt2-tiny" / "snapshots" / commit_of(REPO_ID, "v1")
+    )
+    assert (snapshot / "model.safetensors").is_file()
+    code, _, err = run_in_process(monkeypatch, capsys, "models", "pull", "./models/tiny")
+    assert code == 2 and "is not a Hugging Face id" in err and "Traceback" not in err

@@ -116,3 +116,17 @@ def test_each_architecture_trains_by_id_as_itself(name, offline_cache, tmp_path,
     assert recorded["base_model"] == family.repo_id
     assert commit_of(family.repo_id) in recorded["base_model_path"]
     assert not Path(family.repo_id).exists()
+
+
+def test_models_list_shows_the_cache_without_loading(offline_cache, tmp_path, monkeypatch, capsys):
+    from fakes.in_process import run_in_process
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process(monkeypatch, capsys, "models", "list")
+    assert code == 0, err
+    assert f"Hugging Face cache {offline_cache.root}: {len(FAMILIES)} model(s)" in out
+    rows = {f[0]: f for f in map(str.split, out.splitlines()) if f and "/" in f[0]}
+    gemma = rows[FAMILIES["gemma3"].repo_id]
+    assert gemma[1] == "main" and gemma[2] == commit_of(FAMILIES["gemma3"].repo_id)[:10]
+    assert gemma[3] == "Gemma3ForCausalLM" and int(gemma[4].replace(",", "")) > 10_000
+    assert rows[FAMILIES["gpt2"].repo_id][3] == "GPT2LMHeadModel"

@@ -1,4 +1,5 @@
-"""`trainforge models`: list the Hugging Face model folders under models/, or create one.
+"""`trainforge models`: list the model folders under models/ and the Hugging Face cache, pull
+an id into the cache, or create a small random model (init).
 
 The top-level command forwards its arguments here (`main(argv)`), so importing the
 `trainforge` command never imports torch or transformers.
@@ -16,30 +17,63 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Hugging Face model folders: list them, or create a small random one (models init).",
+    help="Hugging Face models: list (models/ and the cache), pull ID[@REV], or init a small one.",
 )
 ModelsDir = Annotated[Path, typer.Option("--models-dir", help="Folder holding the model folders.")]
 
 
 @app.command("list")
 def list_command(models_dir: ModelsDir = Path("models")) -> None:
-    """Show each model folder with its architecture, parameter count and size on disk."""
+    """Show the model folders under --models-dir and the models in the Hugging Face cache:
+    architecture, parameter count and size on disk, read from the files (nothing loaded)."""
     from trainforge.models.hf import human_bytes, list_models
+    from trainforge.models.hub import cache_folder, list_cached
 
     found = list_models(models_dir)
     if not found:
         print(f"no Hugging Face model folders in {models_dir}/")
         print("create one: trainforge models init NAME --arch gpt2 --size tiny --corpus FILE")
+    else:
+        width = max(len(m.name) for m in found)
+        print(f"{'name':<{width}}  {'kind':<12}  {'architecture':<22}  {'parameters':>12}  size")
+        for m in found:
+            params = f"{m.num_parameters:,}" if m.num_parameters else "?"
+            line = f"{m.name:<{width}}  {m.kind:<12}  {m.arch:<22}  {params:>12}  "
+            line += human_bytes(m.size_bytes)
+            if m.base_model:
+                line += f"  (base: {m.base_model})"
+            print(line)
+    cached = list_cached()
+    print(f"\nHugging Face cache {cache_folder()}: {len(cached)} model(s)")
+    if not cached:
+        print("fetch one: trainforge models pull ORG/NAME[@REVISION]")
         return
-    width = max(len(m.name) for m in found)
-    print(f"{'name':<{width}}  {'kind':<12}  {'architecture':<22}  {'parameters':>12}  size")
-    for m in found:
-        params = f"{m.num_parameters:,}" if m.num_parameters else "?"
-        line = f"{m.name:<{width}}  {m.kind:<12}  {m.arch:<22}  {params:>12}  "
-        line += human_bytes(m.size_bytes)
-        if m.base_model:
-            line += f"  (base: {m.base_model})"
-        print(line)
+    width = max(len(c.repo_id) for c in cached)
+    print(f"{'id':<{width}}  {'revision':<10}  {'commit':<10}  {'architecture':<22}  "
+          f"{'parameters':>12}  size")  # fmt: skip
+    for c in cached:
+        params = f"{c.num_parameters:,}" if c.num_parameters else "?"
+        print(f"{c.repo_id:<{width}}  {c.revision:<10}  {c.commit[:10]:<10}  {c.arch:<22}  "
+              f"{params:>12}  {human_bytes(c.size_bytes)}")  # fmt: skip
+
+
+@app.command("pull")
+def pull_command(
+    model_id: Annotated[str, typer.Argument(metavar="ID[@REV]", help="A Hugging Face model id.")],
+) -> None:
+    """Download a model (its config, safetensors weights and tokenizer) into the Hugging Face
+    cache, as train does for --base-model ID; HF_TOKEN is read from the environment."""
+    from trainforge.errors import UserError
+    from trainforge.models.hub import is_hub_id, resolve_hub_model
+
+    if not is_hub_id(model_id):
+        raise UserError(
+            f"{model_id!r} is not a Hugging Face id (org/name[@revision]) or is a local folder",
+            "pass an id such as google/gemma-3-270m-it or HuggingFaceTB/SmolLM2-135M@main",
+        )
+    found = resolve_hub_model(model_id, download=True)
+    print(f"pulled {found.repo_id}@{found.revision}: commit {found.commit} ({found.path}); "
+          f"train from it with --base-model {model_id}")  # fmt: skip
 
 
 @app.command("init")

@@ -158,3 +158,50 @@ def _quiet_bars() -> type:
             super().__init__(*args, **kwargs)
 
     return Quiet
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """One snapshot of a model in the cache, read from its files (nothing loaded)."""
+
+    repo_id: str
+    revision: str  # the refs pointing at it (`main`, a tag), else the short commit
+    commit: str
+    arch: str
+    num_parameters: int
+    size_bytes: int
+    path: Path
+
+
+def list_cached() -> list[CachedModel]:
+    """The model snapshots in huggingface_hub's cache that hold a config.json, by id."""
+    import json
+
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    from trainforge.models.hf import _count_safetensors
+
+    try:
+        info = scan_cache_dir(cache_folder())
+    except CacheNotFound:
+        return []
+    found = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        for rev in sorted(repo.revisions, key=lambda r: r.commit_hash):
+            try:
+                config = json.loads((rev.snapshot_path / "config.json").read_text("utf-8"))
+            except (OSError, ValueError):
+                continue  # a tokenizer-only or damaged snapshot is not a base model
+            archs = config.get("architectures") or [config.get("model_type", "?")]
+            refs = ",".join(sorted(rev.refs)) or rev.commit_hash[:10]
+            found.append(
+                CachedModel(
+                    repo_id=repo.repo_id, revision=refs, commit=rev.commit_hash,
+                    arch=str(archs[0]), num_parameters=_count_safetensors(rev.snapshot_path),
+                    size_bytes=rev.size_on_disk, path=rev.snapshot_path,
+                )
+            )  # fmt: skip
+    return found
