@@ -130,3 +130,47 @@ def test_models_list_shows_the_cache_without_loading(offline_cache, tmp_path, mo
     assert gemma[1] == "main" and gemma[2] == commit_of(FAMILIES["gemma3"].repo_id)[:10]
     assert gemma[3] == "Gemma3ForCausalLM" and int(gemma[4].replace(",", "")) > 10_000
     assert rows[FAMILIES["gpt2"].repo_id][3] == "GPT2LMHeadModel"
+
+
+def test_run_json_records_the_commit_and_a_resume_keeps_it(
+    offline_cache, tmp_path, monkeypatch, capsys, lm_corpus
+):
+    """After the run, refs/main moves to a commit not in the cache: the resume still finds
+    the recorded one (it pins id@commit); an unpinned resolution would fail."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from fakes.in_process import run_in_process
+
+    cache = tmp_path / "hub"
+    shutil.copytree(offline_cache.root, cache, symlinks=True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    repo_id = FAMILIES["gpt2"].repo_id
+    (tmp_path / "run.yaml").write_text("task:\n  kind: causal-lm\n", encoding="utf-8")
+    sets = lm_overrides(
+        repo_id,  # type: ignore[arg-type]
+        lm_corpus["json"],
+        **{"training.max_steps": 2, "checkpoint.save_steps": 2, "hardware.telemetry": "false",
+           "evaluation.eval_every_epochs": "null", "output.dir": str(tmp_path / "runs"),
+           "output.run_name": "byid"},
+    )  # fmt: skip
+    args = [a for s in sets for a in ("--set", s)]
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_in_process(monkeypatch, capsys, "train", "run.yaml", *args)
+    assert code == 0, err
+    run_json = tmp_path / "runs" / "byid" / "run.json"
+    commit = commit_of(repo_id)
+    assert json.loads(run_json.read_text())["base_model"] == {
+        "id": repo_id, "revision": "main", "commit": commit,
+    }  # fmt: skip
+    refs = cache / "models--openai-community--gpt2-tiny" / "refs" / "main"
+    refs.write_text("f" * 40, encoding="utf-8")  # the branch moved on; not downloaded here
+    with pytest.raises(UserError):
+        resolve_hub_model(repo_id)
+    code, out, err = run_in_process(
+        monkeypatch, capsys, "train", "--resume", "runs/byid", "--max_steps", "3"
+    )
+    assert code == 0, err
+    assert f"commit {commit}" in out
+    assert json.loads(run_json.read_text())["base_model"]["commit"] == commit

@@ -205,3 +205,24 @@ def list_cached() -> list[CachedModel]:
                 )
             )  # fmt: skip
     return found
+
+
+def run_record(value: str | None, models_dir: str | Path = "models") -> dict[str, str] | None:
+    """What run.json records of a base model given by id (None for a folder): the id, the
+    revision asked and the commit it resolved to, read from the cache (the run fetched it)."""
+    if not value or not is_hub_id(value, models_dir):
+        return None
+    try:
+        found = resolve_hub_model(value, download=False)
+    except UserError:
+        return None
+    return {"id": found.repo_id, "revision": found.revision, "commit": found.commit}
+
+
+def resume_pin(record: dict, flags: dict) -> str | None:
+    """`id@commit` for a resume of a run that trained from an id, so that it continues on the
+    same weights even when the branch has moved (None when a base model is named now)."""
+    base = record.get("base_model")
+    if not isinstance(base, dict) or "model.model_name_or_path" in flags:
+        return None
+    return f"{base['id']}@{base['commit']}" if base.get("id") and base.get("commit") else None

@@ -63,6 +63,10 @@ def resolve_run(args, platform, world_size: int, **check: object):
             else:
                 config_path = Path(record["config_file"]) if record.get("config_file") else None
             profile = profile or record.get("profile")
+            from trainforge.models.hub import resume_pin
+
+            if pin := resume_pin(record, flags):  # the same base weights (issue 59)
+                flags["model.model_name_or_path"] = pin
             _print_changes(folder, args)
             folder, resume = _enter_recorded_start(record, folder, checkpoint)
         elif config_path is None:
@@ -339,6 +343,13 @@ def record_run(
         record["steps_per_epoch"] = loop.steps_per_epoch
     if init_from := init_from or earlier.get("init_from"):
         record["init_from"] = init_from
+    from trainforge.models.hub import run_record
+
+    m = resolved.config.model  # a base model by id: the commit it resolved to (issue 59)
+    if base := earlier.get("base_model") or run_record(
+        m.model_name_or_path, resolved.config.output.models_dir
+    ):
+        record["base_model"] = base
     folder.write_run(record)
 
 
