@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -85,8 +84,11 @@ def test_an_uncached_id_is_refused_never_created(offline_cache, tmp_path, monkey
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_each_architecture_trains_by_id_as_itself(name, offline_cache, tmp_path, lm_corpus):
+def test_each_architecture_trains_by_id_as_itself(
+    name, offline_cache, tmp_path, lm_corpus, monkeypatch
+):
     """On a folder-only resolver the Gemma id became a new random Llama: this fails there."""
+    monkeypatch.chdir(tmp_path)  # where such a resolver would have made ./org/name
     from trainforge.config import validate
     from trainforge.hardware import detect
     from trainforge.train import train
@@ -115,7 +117,7 @@ def test_each_architecture_trains_by_id_as_itself(name, offline_cache, tmp_path,
     recorded = json.loads((out / "trainforge.json").read_text())
     assert recorded["base_model"] == family.repo_id
     assert commit_of(family.repo_id) in recorded["base_model_path"]
-    assert not Path(family.repo_id).exists()
+    assert not (tmp_path / family.repo_id).exists()
 
 
 def test_models_list_shows_the_cache_without_loading(offline_cache, tmp_path, monkeypatch, capsys):

@@ -226,3 +226,17 @@ def resume_pin(record: dict, flags: dict) -> str | None:
     if not isinstance(base, dict) or "model.model_name_or_path" in flags:
         return None
     return f"{base['id']}@{base['commit']}" if base.get("id") and base.get("commit") else None
+
+
+def cached_ids() -> list[str]:
+    """The ids with a model snapshot (a config.json) in the cache, from the folder names alone
+    (the web dialog's choices: no file is opened)."""
+    root = cache_folder()
+    if not root.is_dir():
+        return []
+    found = {
+        repo.name[len("models--") :].replace("--", "/", 1)
+        for repo in root.glob("models--*--*")
+        if any((snap / "config.json").exists() for snap in repo.glob("snapshots/*"))
+    }
+    return sorted(found)

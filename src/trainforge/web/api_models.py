@@ -31,7 +31,8 @@ class TrainRequest(BaseModel):
     base_model: str | None = Field(
         None,
         max_length=MAX_NAME,
-        description="For a task that fine-tunes a base model: a folder name under models/.",
+        description="For a task that fine-tunes a base model: a folder name under models/, or a "
+        "Hugging Face id (org/name[@revision]) in the Hugging Face cache.",
     )
     dataset: str | None = Field(
         None,

@@ -23,6 +23,7 @@ from trainforge.config import ConfigError, ResolvedConfig, load, validate
 from trainforge.data.catalog import image_dataset_names
 from trainforge.errors import UserError
 from trainforge.hardware import Platform, pick_profile
+from trainforge.models.hub import cache_folder, cached_ids, is_hub_id
 from trainforge.profiles import list_profiles
 from trainforge.registry import TASKS
 from trainforge.web.limits import yaml_alias
@@ -130,7 +131,7 @@ def defaults(
             "configs": config_files(settings),
             "profiles": ["auto", *list_profiles()],
             "tasks": TASKS.names(),
-            "models": list_model_names(settings.models_path),
+            "models": list_model_names(settings.models_path) + cached_ids(),  # folders, ids
             "image_datasets": image_dataset_names(),
         },
         "detected": {"platform": platform.describe()[0], "profile": detected, "reason": reason},
@@ -219,7 +220,9 @@ def build_arguments(settings: WebSettings, form: TrainForm) -> tuple[list[str], 
         if form.dataset:
             sets.append(f"data.options.train_file={quoted(form.dataset)}")
         if form.base_model:
-            path = f"{settings.models_dir}/{form.base_model}"
+            path = form.base_model  # an id stays an id (resolved through the HF cache)
+            if not is_hub_id(path, settings.models_dir):
+                path = f"{settings.models_dir}/{form.base_model}"
             sets.append(f"model.model_name_or_path={quoted(path)}")
         sets.append(f"output.model_name={quoted(form.output_name)}")
     elif entry is not None and entry.images and form.dataset:
@@ -271,7 +274,10 @@ def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
         add("task", TASKS.unknown_message(form.task[:40]))  # never echoes a long value
     if form.profile not in ("auto", *list_profiles()):
         add("profile", f"unknown profile {shown(form.profile)}; pick one of the list")
-    if form.base_model is not None:  # refused by the same rule whatever the task
+    if form.base_model is not None and is_hub_id(form.base_model, settings.models_dir):
+        if form.base_model.split("@")[0] not in cached_ids():
+            add("base_model", _uncached(form.base_model))
+    elif form.base_model is not None:  # refused by the same rule whatever the task
         if not is_plain_name(form.base_model):
             add("base_model", f"{shown(form.base_model)} is not a plain name; use {NAME_RULE}")
         elif form.base_model not in list_model_names(settings.models_path):
@@ -347,11 +353,20 @@ def _base_model_problem(settings: WebSettings, config: Any) -> str | None:
     name = config.model.model_name_or_path
     if not name:
         return NO_BASE_MODEL.format(kind=config.task.kind)
+    if is_hub_id(name, settings.models_dir):  # never made by init_arch: it must be cached
+        return None if name.split("@")[0] in cached_ids() else _uncached(name)
     path = Path(name) if len(PurePosixPath(name).parts) > 1 else Path(settings.models_dir) / name
     folder = path if path.is_absolute() else settings.root / path
     if config.model.init_arch or (folder / "config.json").is_file():
         return None
     return f"{name} is not a model folder: " + NO_BASE_MODEL.split(": ", 1)[1]
+
+
+def _uncached(model_id: str) -> str:
+    return (
+        f"{model_id} is not in the Hugging Face cache {cache_folder()}; fetch it first: "
+        f"trainforge models pull {model_id}"
+    )
 
 
 def _lines(err: UserError) -> list[str]:
