@@ -7,7 +7,8 @@ own tokenization when `input_ids` is a column) with `completion_only_loss=True` 
 collator (`DataCollatorForLanguageModeling`); the plain `Trainer` gets `labels` (-100 on the
 prompt) and `DataCollatorForSeq2Seq`, padding to the batch's longest row as HF's examples do.
 
-Each side runs with its own settings for a bare run: no logging, saving, evaluation, progress
+Each side runs with its own settings for a bare run: no gradient checkpointing (SFTConfig's
+default is on; trainforge's cpu profile has it off), no logging, saving, evaluation, progress
 bar or reporting; the optimizer is the Trainer's default (`adamw_torch_fused` with torch >= 2.8,
 the fused kernel trainforge's AdamW also uses on the CPU), cosine schedule with the same
 warm-up, the same clipping, learning rate, weight decay and seed. `equal` batching samples
@@ -79,6 +80,9 @@ def common_args(spec: dict[str, Any], out: str) -> dict[str, Any]:
         "use_cpu": True,
         "seed": spec["seed"],
         "data_seed": spec["seed"],
+        # SFTConfig turns gradient checkpointing on by default; trainforge's cpu profile and
+        # the HF Trainer keep it off, so the peers recompute no activations either.
+        "gradient_checkpointing": False,
     }
 
 
