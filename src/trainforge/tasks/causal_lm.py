@@ -3,7 +3,10 @@
 The loss is next-token cross-entropy over the response tokens only (prompt tokens carry
 label -100), summed on the device and divided by the batch's target-token count, which the
 loader counts on the host: `StepOutput.weight` is that count, so gradient accumulation over
-batches of any length equals one big batch, and no step waits on the device.
+batches of any length equals one big batch, and no step waits on the device. The model's
+`[B, T, V]` logits are never built: `tasks.lm_loss` applies the head chunk by chunk to the
+target rows only, in training and evaluation alike, and the eval batch is lowered (one
+line, `config.plan.lm_eval_batch`) where the head's decoding logits would not fit memory.
 Validation reports loss, perplexity and next-token accuracy on the response tokens; with
 `task.eval_generation` it also greedy-decodes each prompt and reports `per` and `wer`
 (see `trainforge.tasks.sequence_metrics`).
