@@ -44,7 +44,7 @@ def list_command(models_dir: ModelsDir = Path("models")) -> None:
                 line += f"  (base: {m.base_model})"
             print(line)
     cached = list_cached()
-    print(f"\nHugging Face cache {cache_folder()}: {len(cached)} model(s)")
+    print(f"Hugging Face cache {cache_folder()}: {len(cached)} model(s)")
     if not cached:
         print("fetch one: trainforge models pull ORG/NAME[@REVISION]")
         return
