@@ -176,3 +176,46 @@ def test_run_json_records_the_commit_and_a_resume_keeps_it(
     assert code == 0, err
     assert f"commit {commit}" in out
     assert json.loads(run_json.read_text())["base_model"]["commit"] == commit
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_lora_with_peft_defaults_merged_keeps_architecture_and_stop_tokens(
+    name, offline_cache, tmp_path, lm_corpus, monkeypatch
+):
+    """LoRA on peft's default target modules for the architecture, gradient checkpointing on,
+    merged into a plain model of the cached architecture with the family's stop tokens."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from trainforge.config import validate
+    from trainforge.hardware import detect
+    from trainforge.train import train
+
+    monkeypatch.chdir(tmp_path)
+    family = FAMILIES[name]
+    sets = {
+        "training.max_steps": 2,
+        "training.per_device_train_batch_size": 4,
+        "training.gradient_checkpointing": "true",
+        "lora.enabled": "true",
+        "lora.target_modules": "null",
+        "lora.merge_adapter": "true",
+        "evaluation.eval_every_epochs": "null",
+        "hardware.telemetry": "false",
+        "output.dir": str(tmp_path / "runs"),
+        "output.models_dir": str(tmp_path / "models"),
+        "output.model_name": "merged",
+    }
+    platform = detect()
+    resolved = validate(
+        None, platform=platform, profile="cpu",
+        overrides=lm_overrides(family.repo_id, lm_corpus["chat"], **sets),  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert train(resolved, platform).global_step == 2
+    out = tmp_path / "models" / "merged"
+    assert not (out / "adapter_config.json").exists()
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert type(model).__name__ == family.arch
+    assert not any("lora" in key for key in model.state_dict())
+    stops = GenerationConfig.from_pretrained(out).eos_token_id
+    base = GenerationConfig.from_pretrained(offline_cache.folders[name]).eos_token_id
+    assert stops == base
