@@ -175,6 +175,7 @@ def test_run_json_records_the_commit_and_a_resume_keeps_it(
     )
     assert code == 0, err
     assert f"commit {commit}" in out
+    assert "(epoch 0, step 2), exact" in out  # the pin keeps the resume bitwise
     assert json.loads(run_json.read_text())["base_model"]["commit"] == commit
 
 
