@@ -117,6 +117,8 @@ def test_each_architecture_trains_by_id_as_itself(
     recorded = json.loads((out / "trainforge.json").read_text())
     assert recorded["base_model"] == family.repo_id
     assert commit_of(family.repo_id) in recorded["base_model_path"]
+    evaluated = recorded["validation_metrics"]  # the closing evaluation ran on the model
+    assert evaluated["loss"] > 0 and evaluated["perplexity"] > 1 and 0 <= evaluated["accuracy"] <= 1
     assert not (tmp_path / family.repo_id).exists()
 
 
