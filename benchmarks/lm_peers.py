@@ -244,7 +244,8 @@ SETTINGS = (
     "0.01, clip norm 1.0, loss on completion tokens (TRL completion_only_loss=True; HF labels "
     "-100 on the prompt), no logging, evaluation or checkpoints during training, the final "
     "model saved at the end on every side. Unavoidable differences: trainforge's run also "
-    "writes its run folder, report and a closing validation of 64 words; weight decay skips "
+    "writes its run folder, report and a closing validation of 64 words, and tokenizes the "
+    "split at start-up where the peers read it pre-tokenized; weight decay skips "
     "biases and norms by each side's own rule. 'to 1st step': process start to the end of "
     "step 1; 'after last': end of the last step to process exit."
 )
