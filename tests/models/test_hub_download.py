@@ -112,3 +112,15 @@ def test_models_pull_downloads_and_refuses_a_folder_name(hub, monkeypatch, capsy
     assert (snapshot / "model.safetensors").is_file()
     code, _, err = run_in_process(monkeypatch, capsys, "models", "pull", "./models/tiny")
     assert code == 2 and "is not a Hugging Face id" in err and "Traceback" not in err
+
+
+def test_no_answer_from_the_hub_is_one_line_naming_the_endpoint(hub, monkeypatch):
+    from huggingface_hub import constants
+
+    with hub_server(HubState()) as closed:  # a port that was served and is closed again
+        pass
+    monkeypatch.setattr(constants, "ENDPOINT", closed)
+    with pytest.raises(UserError) as err:
+        resolve_hub_model(REPO_ID)
+    assert "did not answer" in err.value.message and closed in err.value.message
+    assert "downloads are off" not in err.value.message

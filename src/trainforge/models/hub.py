@@ -129,6 +129,15 @@ def hub_error(value: str, err: Exception, online: bool) -> UserError:
             f"no model {repo_id} on the Hub (or it is private and no token was given)",
             "check the id's spelling, or export HF_TOKEN=<a read token> for a private model",
         )
+    if isinstance(err, errors.LocalEntryNotFoundError) and online:  # no answer from the Hub
+        from huggingface_hub import constants
+
+        return UserError(
+            f"base model {value} is not in the Hugging Face cache {cache_folder()} and the Hub "
+            f"({constants.ENDPOINT}) did not answer",
+            "check the network (or HF_ENDPOINT for a mirror) and rerun; or "
+            f"`trainforge models pull {value}` on a machine that has network",
+        )
     if isinstance(err, errors.LocalEntryNotFoundError) or not online:
         return UserError(
             f"base model {value} is not in the Hugging Face cache {cache_folder()} "
