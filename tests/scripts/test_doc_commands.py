@@ -100,7 +100,7 @@ PRINTED: list[tuple[str, str | None, str]] = [
         "docs/llm_finetuning.md",
         "trainforge train config/jetson_training.json --base-model models/NAME --output-name "
         "my-model",
-        "train: 265 records -> 265 examples, 0 truncated to max_seq_length=512, 0 dropped",
+        "train: 266 records -> 266 examples, 0 truncated to max_seq_length=512, 0 dropped",
     ),
     (
         "docs/coming_from.md",
