@@ -239,7 +239,7 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     if warmup_note:
         notes.append(warmup_note)
     training.update(_resolve_device(config.training, target, sources))
-    data = _plan_text_batching(config, training.get("device", config.training.device), sources)
+    data = _plan_text_batching(config)
     notes += [data[1]] if data[1] else []
     final = config.model_copy(
         update={
@@ -255,35 +255,24 @@ def finalize(resolved: ResolvedConfig, target: Target, world_size: int = 1) -> R
     return replace(resolved, config=final, sources=sources, notes=tuple(notes), rules=rules)
 
 
-def _plan_text_batching(config: Any, device: str, sources: dict[str, str]) -> tuple[Any, str]:
-    """Text train batches for the device (`text_batching`): `auto` packs
-    padding-free rows on CUDA and groups padded batches by length elsewhere. Returns the
-    data section and its header line ("" for other datasets)."""
-    opts = config.data.options
-    if config.data.dataset != "text" or not hasattr(opts, "group_by_length"):
+def _plan_text_batching(config: Any) -> tuple[Any, str]:
+    """The text dataset's train batching (`text_batching`) and its header line ("" for other
+    datasets). The device never changes it: packing and length grouping are the recipe's."""
+    if config.data.dataset != "text":
         return config.data, ""
-    packing, group, line = text_batching(opts, device)
-    for key in ("packing", "group_by_length"):
-        if getattr(opts, key) == "auto":
-            sources[f"data.options.{key}"] = f"plan (auto on {device})"
-    options = opts.model_copy(update={"packing": packing, "group_by_length": group})
-    return config.data.model_copy(update={"options": options}), line
+    return config.data, text_batching(config.data.options)[2]
 
 
-def text_batching(options: Any, device: str) -> tuple[bool, bool, str]:
+def text_batching(options: Any) -> tuple[bool, bool, str]:
     """(packing, group_by_length, the header's line) of the text dataset's options
-    (`data.options.packing` / `group_by_length`) for training on `device`: `auto` packs on
-    CUDA (padding-free rows) and groups padded batches by length elsewhere, where TRL's
-    padding-free mode ran slower than its padded default on a CPU."""
-    packing = options.packing if options.packing != "auto" else device == "cuda"
-    group = getattr(options, "group_by_length", "auto")
-    group = (not packing) if group == "auto" else bool(group) and not packing
+    (`data.options.packing` / `group_by_length`; grouping applies without packing only)."""
+    packing = bool(options.packing)
+    group = bool(options.group_by_length) and not packing
     if packing:
         how = "padding-free packed rows (per-example position ids)"
     else:
         how = "padded batches" + (" grouped by length" if group else "")
-    why = "data.options" if options.packing != "auto" else f"auto on {device}"
-    return packing, group, f"batching: {how} ({why})"
+    return packing, group, f"batching: {how} (data.options)"
 
 
 def _plan_corpus(resolved: ResolvedConfig, sources: dict[str, str]) -> Any:

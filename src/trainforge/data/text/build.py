@@ -200,9 +200,7 @@ def _datasets(
     generation_samples: int | None,
 ) -> tuple[dict[str, TokenDataset], dict[str, EncodeStats]]:
     """Each split tokenized; the train split packed or grouped by length as planned."""
-    # Planned per device (`config.plan`); a section read without a plan decides here.
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    packing, group_by_length, _ = text_batching(opts, device)
+    packing, group_by_length, _ = text_batching(opts)
     encoder = _encoder(opts, tokenizer)
     pad_id = pad_token_id(tokenizer)
     datasets: dict[str, TokenDataset] = {}
