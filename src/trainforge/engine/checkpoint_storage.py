@@ -87,7 +87,9 @@ class PlainStorage:
     copied first; the weights and optimizer moments (which only `optimizer.step` changes) are
     copied on a helper thread during the next forward and backward. A synchronous save
     writes the CPU tensors as they are (nothing trains meanwhile) and copies only device
-    tensors."""
+    tensors; so does a save the loop waits for (`wait`: the end of a run, a signal), even in
+    a background run: a copy there would only add the size of the model and its optimizer
+    moments to the peak memory (3.2 GB for a 270M-parameter model with AdamW)."""
 
     sharded = False
 
@@ -113,7 +115,8 @@ class PlainStorage:
             if wait:
                 parallel.barrier()
             return False
-        model_state, state = self.snapshot.copy((payload.weights, payload.state))
+        snapshot = ckpt.Snapshot(copy=False) if wait else self.snapshot
+        model_state, state = snapshot.copy((payload.weights, payload.state))
         meta = payload.meta()
 
         def write() -> None:
