@@ -53,6 +53,7 @@ BOXES = (
     Box("observe", "observe", "meters, loggers, report", 5, 2),
     Box("runfolder", "runs/NAME/", "runfolder.py: the run", 6, 1, package=False),
     Box("export", "export", "ONNX, INT8, pruning", 6, 2),
+    Box("generate", "generate", "answers from a model", 6, 3),
 )
 
 # (from, to, label): what flows along each arrow.
@@ -76,6 +77,7 @@ ARROWS = (
     ("engine", "runfolder", "saves"),
     ("observe", "runfolder", "metrics"),
     ("runfolder", "export", "weights"),
+    ("runfolder", "generate", "weights"),
 )
 
 

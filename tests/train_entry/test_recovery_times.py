@@ -13,6 +13,9 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -65,7 +68,8 @@ def test_a_requeue_records_stop_save_start_load_first_step_and_recovery(tmp_path
     assert first["stop_signal_at"] == stopped["stop_signal_at"]  # kept as written
     started = at(second["process_started_at"])
     loaded, stepped = at(second["checkpoint_loaded_at"]), at(second["first_step_at"])
-    assert saved_at <= started <= loaded <= stepped
+    tick = 1 / os.sysconf("SC_CLK_TCK")  # the kernel records a process's start to its tick
+    assert saved_at <= started + tick and started <= loaded <= stepped
     assert second["recovery_s"] == pytest.approx(stepped - signal_at, abs=2e-3)
     assert second["end"] == "finished" and at(second["ended_at"]) >= stepped
     said = re.findall(r"resume: training again (\d+\.\d) s after the stop \(SIGUSR1 at ", out)
@@ -75,6 +79,21 @@ def test_a_requeue_records_stop_save_start_load_first_step_and_recovery(tmp_path
     assert report.count('<rect class="segment" data-segment=') == 2
     assert f'<rect class="recovery" data-recovery-s="{second["recovery_s"]}"' in report
     assert "requeued (slurm 77) · recovery" in report
+
+
+def test_a_process_start_is_read_to_the_clock_tick_not_the_boot_second():
+    """psutil's create_time() adds a process's age to /proc/stat's boot time, which is in whole
+    seconds and drifts with NTP: a restarted process then seemed to start up to a second
+    before its predecessor saved the checkpoint it resumes from."""
+    before = time.time()
+    child = subprocess.run(
+        [sys.executable, "-c", "from trainforge.run.segments import process_started as p\n"
+         "print(repr(p()))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    after = time.time()
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert before - tick <= float(child.stdout) <= after
 
 
 def recorded(tmp_path: Path, job: str | None) -> RunFolder:

@@ -380,7 +380,7 @@ def estimate_parameters(config: RunConfig) -> int | None:
         import torch  # lazy: only when a config asks for the estimate
 
         from trainforge.config import image_shape
-        from trainforge.models import build_vit
+        from trainforge.models.vit import build_vit
     except Exception:
         return None
     side, channels = image_shape(config)

@@ -52,7 +52,7 @@ class ImageClassificationExport:
 
     @classmethod
     def build_model(cls, config: RunConfig, info: dict[str, Any]) -> nn.Module:
-        from trainforge.models import build_vit
+        from trainforge.models.vit import build_vit
 
         return build_vit(
             config.model,

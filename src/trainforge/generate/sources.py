@@ -77,11 +77,13 @@ def locate(name: str, models_dir: str | Path = "models") -> Source:
 
 def _run_source(name: str, run: Path) -> Source:
     from trainforge.models import hf
+    from trainforge.registry import TASKS
 
     config = _config_of(run)
-    if (config.get("task") or {}).get("kind") != "causal-lm":
-        kind = (config.get("task") or {}).get("kind")
-        raise UserError(f"{name}: a {kind} run; generate answers with causal-lm runs", HOW)
+    kind = (config.get("task") or {}).get("kind")
+    # The kinds that fine-tune a Hugging Face base model are the ones that generate text.
+    if kind not in TASKS or not TASKS.get(kind).base_model:
+        raise UserError(f"{name}: a {kind} run; generate answers with language-model runs", HOW)
     model, adapter = hf.init_from_folders(str(run), lora=False)
     if model is not None:
         return Source(name, model, run_config=config, base_model=_recorded_base(model))

@@ -8,10 +8,15 @@ Device placement, precision and compilation are applied elsewhere (engine/).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:
+    from trainforge.config.schema import ModelConfig
 
 
 class Attention(nn.Module):
@@ -112,3 +117,21 @@ class VisionTransformer(nn.Module):
             else:
                 x = block(x)
         return self.head(self.norm(x[:, 0]))
+
+
+def build_vit(
+    cfg: ModelConfig, *, image_size: int, channels: int, num_classes: int
+) -> VisionTransformer:
+    """The ViT the `model` config section describes, for images of this shape and classes."""
+    return VisionTransformer(
+        image_size=image_size,
+        channels=channels,
+        num_classes=num_classes,
+        patch_size=cfg.patch_size,
+        embedding_dim=cfg.embedding_dim,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        mlp_size=cfg.mlp_size,
+        attention_dropout=cfg.attention_dropout,
+        mlp_dropout=cfg.mlp_dropout,
+    )

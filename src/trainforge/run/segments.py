@@ -54,10 +54,31 @@ def seconds(text: Any) -> float | None:
 
 def process_started() -> float:
     """When this process started (the kernel's record): the clock of a restart starts there,
-    before Python and torch are imported."""
+    before Python and torch are imported.
+
+    On Linux this is the process's age on the boot-time clock subtracted from now: psutil's
+    `create_time()` adds that age to the boot time, which /proc/stat gives in whole seconds
+    and which drifts from the wall clock as NTP corrects it, so it can read up to a second
+    (or more) early, before the previous process had even saved its checkpoint."""
+    age = _process_age_s()
+    if age is not None:
+        return time.time() - age
     import psutil
 
     return psutil.Process().create_time()
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (to the kernel's clock tick), None off Linux."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        # Field 22 (starttime, in clock ticks since boot); the fields after the command name,
+        # which sits in parentheses and may hold spaces, start at field 3.
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        now = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+    return max(0.0, now - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 # ------------------------------------------------------------------ the launcher's job

@@ -58,7 +58,7 @@ class ImageClassification(Task):
         cls, config: RunConfig, device: torch.device | None = None
     ) -> ImageClassification:
         from trainforge.data import build_image_data
-        from trainforge.models import build_vit
+        from trainforge.models.vit import build_vit
 
         data = build_image_data(
             config.data,
