@@ -57,7 +57,7 @@ from trainforge.data.loaders import make_loader
 from trainforge.data.memory import TensorImageDataset
 from trainforge.engine.callbacks import Callback
 from trainforge.engine.trainer import Trainer
-from trainforge.models import build_vit
+from trainforge.models.vit import build_vit
 from trainforge.tasks.vision import ImageClassification
 
 TARGET_SPEEDUP = 8.0

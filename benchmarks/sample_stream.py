@@ -27,7 +27,7 @@ from common import alternate, bench_threads, median, table, torch_threads
 from trainforge.data.augment import BatchAugment
 from trainforge.data.loaders import make_loader
 from trainforge.data.memory import TensorImageDataset
-from trainforge.models import build_vit
+from trainforge.models.vit import build_vit
 from trainforge.tasks.vision import ImageClassification
 
 LOADER_CFG = SimpleNamespace(dataloader_num_workers=0, pin_memory=False, prefetch_factor=None,

@@ -21,7 +21,7 @@ from trainforge.errors import UserError
 from trainforge.export import ExportOptions, export, load_artifact
 from trainforge.export.int8 import INT8_FILE, load_int8
 from trainforge.export.vision import ImageClassificationExport
-from trainforge.models import build_vit
+from trainforge.models.vit import build_vit
 
 ARTIFACTS = ["onnx", "int8", "int8-onnx", "pruned", "safetensors"]
 
