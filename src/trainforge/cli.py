@@ -33,15 +33,17 @@ def _flags_show_no_value_type() -> None:
 
 _flags_show_no_value_type()
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # Typer's --install-completion / --show-completion (bash, zsh, fish)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="One training pipeline for Jetson, workstation GPUs, DGX Spark, clusters and CPUs.",
 )
 config_app = typer.Typer(no_args_is_help=True, help="Inspect resolved run configs.")
 profiles_app = typer.Typer(help="List and show the built-in hardware profiles.")
+recipes_app = typer.Typer(help="The packaged run configs: list them, copy one to edit.")
 app.add_typer(config_app, name="config")
 app.add_typer(profiles_app, name="profiles")
+app.add_typer(recipes_app, name="recipes")
 
 ProfileOpt = Annotated[
     str | None, typer.Option("--profile", help="Hardware profile name, or auto (default).")
@@ -54,8 +56,19 @@ SetOpt = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        print(f"trainforge {__version__}")
+        print(f"trainforge {installed_version()}")
         raise typer.Exit()
+
+
+def installed_version() -> str:
+    """The version pip installed (the package metadata); `__version__`, which the metadata
+    is built from, when trainforge runs from a source tree that was never installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("trainforge")
+    except metadata.PackageNotFoundError:
+        return __version__
 
 
 @app.callback()
@@ -332,6 +345,33 @@ def profiles_template(
         raise UserError(f"{output} already exists", "pick another -o FILE or remove it first")
     output.write_text(text, encoding="utf-8")
     print(f"wrote {output}; check it with: trainforge validate {output}")
+
+
+@recipes_app.callback(invoke_without_command=True)
+def recipes_list(ctx: typer.Context) -> None:
+    """List the packaged recipes: what each trains, its data, a typical time. Train one with
+    `trainforge train NAME`."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from trainforge.recipes import listing
+
+    for line in listing():
+        print(line)
+
+
+@recipes_app.command("copy")
+def recipes_copy(
+    name: Annotated[str, typer.Argument(help="Recipe name (see `trainforge recipes`).")],
+    folder: Annotated[Path, typer.Argument(help="Folder to write into.")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files already there.")] = False,
+) -> None:
+    """Write a recipe's run config and the data files it names into FOLDER, to edit."""
+    from trainforge import recipes
+
+    recipe = recipes.find(name)
+    written = recipes.copy(recipe, folder, force=force)
+    data = f" and {len(written) - 1} data file(s) under {folder}" if len(written) > 1 else ""
+    print(f"wrote {written[0]}{data}; train it with: {recipes.train_command(recipe, folder)}")
 
 
 @app.command()

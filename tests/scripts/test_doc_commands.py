@@ -249,10 +249,14 @@ def plan(command: Command) -> str | None:
         return None
     head, rest = words[0], words[1:]
     if head == "trainforge" and rest:
-        listing = rest[:2] in (["models", "list"], ["targets", "list"]) or rest == ["jobs"]
+        listing = rest[:2] in (["models", "list"], ["targets", "list"]) or rest in (
+            ["jobs"],
+            ["recipes"],
+            ["--version"],
+        )
         if rest[0] in QUICK_TRAINFORGE or listing:
             return "quick"
-        if rest[0] in WRITING_TRAINFORGE or rest[:2] == ["models", "init"]:
+        if rest[0] in WRITING_TRAINFORGE or rest[:2] in (["models", "init"], ["recipes", "copy"]):
             return "page"
     script = next((w for w in words[:2] if w.removeprefix("./").startswith(ROOT_SCRIPTS)), None)
     if script == "scripts/build_g2p_dataset.py":

@@ -11,6 +11,7 @@ recipe for a target. Nothing here imports torch: `trainforge validate` answers a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainforge import yamltext
+from trainforge import recipes, yamltext
 from trainforge.config.environment import environment_layer
 from trainforge.config.errors import ConfigError, format_validation_error, suggest_path
 from trainforge.config.flags import flag_fields
@@ -71,6 +72,7 @@ class ResolvedConfig:
     file_names: dict[str, str] = field(default_factory=dict)  # field -> the file's own key
     notes: tuple[str, ...] = ()  # lines the run prints about how it was resolved
     rules: tuple[str, ...] = ()  # which rule decided the micro-batch and the rate (config show)
+    recipe: str | None = None  # the packaged recipe named by its name (`train vit_digits`)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -139,14 +141,18 @@ def load(
     earlier resolution): its file data stands in for the file and its flags come first,
     under the ones given now.
     """
-    label = str(path) if path else "<defaults>"
     names: dict[str, str] = {}  # field -> the guide key the file set it with
+    recipe = None  # the packaged recipe, when `path` named one by its name
     if recorded is not None and "file" in recorded:
         file_data = copy.deepcopy(recorded.get("file") or {})
-    else:
-        raw = read_config_file(path) if path else {}
+    elif path is not None:
+        path, recipe = recipes.locate(path)
+        raw = read_config_file(path)
         names = guide_names(raw)
-        file_data = from_guide_profile(raw, label) if path else {}
+        file_data = recipes.anchor(from_guide_profile(raw, str(path)), path)
+    else:
+        file_data = {}
+    label = str(path) if path else "<defaults>"
     cli_layer: dict[str, Any] = copy.deepcopy(dict((recorded or {}).get("flags") or {}))
     cli_sources: dict[str, str] = dict((recorded or {}).get("flag_sources") or {})
     fields = flag_fields()
@@ -167,9 +173,10 @@ def load(
         _check_known_path(key, "--set")
         _set_dotted(cli_layer, key, value)
         cli_sources[key] = f"flag --set {key}"
-    return _resolve(
+    resolved = _resolve(
         path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env, names
     )
+    return dataclasses.replace(resolved, recipe=recipe and recipe.name)
 
 
 def _resolve(

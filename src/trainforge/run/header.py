@@ -34,6 +34,11 @@ def print_start(
     t = c.training
     dist = parallel.context()
     world = dist.world_size
+    if resolved.recipe:  # `train NAME`: which file that was, and how to edit it
+        print(
+            f"config: recipe {resolved.recipe}, packaged with trainforge ({resolved.path}); "
+            f"a copy to edit: trainforge recipes copy {resolved.recipe}"
+        )
     print(
         f"platform: {platform.kind} ({platform.device})   profile: {resolved.profile.name} "
         f"({resolved.profile_reason})"
