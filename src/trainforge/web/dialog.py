@@ -9,16 +9,28 @@ argument list of `trainforge train` (every dialog field as a `--set`), is valida
 `trainforge train` judges them (the run trains here, whatever profile is picked), and each
 error line is placed beside the field whose config path it names. The task and image-dataset
 choices are the names registered in `trainforge.registry.TASKS` and `DATASETS`.
+
+The config choices are the project's config/ files and, beside them, the packaged recipes
+(`trainforge.recipes`) no project file of the same name stands for, by name: a server started
+in an empty folder offers `vit_digits`, which the run trains as `trainforge train vit_digits`.
+
+A submission sends what the user changed: a field left at the value the dialog showed (the
+run config's) is no override, so a batch changed in the dialog scales the learning rate as
+`trainforge train CONFIG --batch_size N` does (a rate sent with it would be kept as given).
+The page sends an unchanged field empty; the server also takes a field equal to the config's
+value as unchanged, so an API client echoing the defaults gets the same run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trainforge import recipes
 from trainforge.config import ConfigError, ResolvedConfig, load, validate
 from trainforge.data.catalog import image_dataset_names
 from trainforge.errors import UserError
@@ -96,16 +108,28 @@ class FormErrors(Exception):
         super().__init__("; ".join(m for ms in errors.values() for m in ms))
 
 
-def default_config(settings: WebSettings, platform: Platform) -> str | None:
+def config_choices(settings: WebSettings) -> list[str]:
+    """The project's run configs (`config/NAME.yaml`), then the packaged recipes whose file
+    the project's config/ has no file of the same name for (by name: `vit_digits`)."""
     files = config_files(settings)
-    preferred = "jetson_training.json" if platform.kind == "jetson" else "vit_digits.yaml"
-    for name in files:
-        if name.endswith("/" + preferred):
+    taken = {PurePosixPath(name).name for name in files}
+    return files + [r.name for r in recipes.catalog() if r.file.name not in taken]
+
+
+def default_config(settings: WebSettings, platform: Platform) -> str | None:
+    choices = config_choices(settings)
+    preferred = "jetson_training" if platform.kind == "jetson" else "vit_digits"
+    for name in choices:
+        if name == preferred or PurePosixPath(name).stem == preferred:
             return name
-    return files[0] if files else None
+    return choices[0] if choices else None
 
 
 def _config_path(settings: WebSettings, config: str) -> Path:
+    """The file a config choice names: a recipe by name, else a file in config/."""
+    recipe = recipes.get(config)
+    if recipe is not None:
+        return recipe.file
     try:
         return config_file(settings, config)
     except PathRefused as err:
@@ -128,7 +152,7 @@ def defaults(
     config = config or default_config(settings, platform)
     out: dict[str, Any] = {
         "choices": {
-            "configs": config_files(settings),
+            "configs": config_choices(settings),
             "profiles": ["auto", *list_profiles()],
             "tasks": TASKS.names(),
             "models": list_model_names(settings.models_path) + cached_ids(),  # folders, ids
@@ -150,7 +174,7 @@ def defaults(
         out["errors"] = err.errors
         return out
     except UserError as err:
-        label = str(settings.root / config)
+        label = str(_config_path(settings, config))
         out["errors"] = place_errors([x.replace(label, config) for x in _lines(err)], [])
         return out
     out["values"] = _values(settings, config, resolved)
@@ -179,13 +203,20 @@ def _values(settings: WebSettings, config: str, resolved: ResolvedConfig) -> dic
         "config": config,
         "task": c.task.kind,
         "base_model": base,
-        "dataset": c.data.options.train_file if lm else c.data.dataset,
+        "dataset": _packaged_as_written(c.data.options.train_file) if lm else c.data.dataset,
         "epochs": c.training.num_train_epochs,
         "learning_rate": c.optimizer.learning_rate,
         "batch_size": c.training.per_device_train_batch_size,
         "output_name": unused_name(settings, suggested),
         "profile": resolved.profile.name,
     }
+
+
+def _packaged_as_written(path: str | None) -> str | None:
+    """A packaged recipe's data file as the recipe writes it (`example_datasets/...`), where
+    loading made it the package's absolute path; any other path as it is."""
+    prefix = f"{recipes.ROOT}/"
+    return path[len(prefix) :] if path and path.startswith(prefix) else path
 
 
 def unused_name(settings: WebSettings, name: str) -> str:
@@ -265,9 +296,9 @@ def _check_form(settings: WebSettings, form: TrainForm) -> dict[str, list[str]]:
         errors.setdefault(name, []).append(message)
 
     try:
-        config_file(settings, form.config)
-    except PathRefused as err:
-        add("config", str(err))
+        _config_path(settings, form.config)
+    except FormErrors as err:
+        add("config", err.errors["config"][0])
     if not is_plain_name(form.output_name):
         add("output_name", f"{shown(form.output_name)} is not a plain name; use {NAME_RULE}")
     if form.task is not None and form.task not in TASKS:
@@ -316,12 +347,34 @@ def _dataset_problem(settings: WebSettings, dataset: str) -> str | None:
     return None
 
 
+# The form's fields that stand for one config value each, as `_values` shows them.
+SHOWN_FIELDS = ("base_model", "dataset", "epochs", "learning_rate", "batch_size")
+
+
+def only_changed(settings: WebSettings, platform: Platform, form: TrainForm) -> TrainForm:
+    """The form with each field still at the value the dialog showed (the config's) left
+    empty: what the user did not change is no override (see the module docstring)."""
+    try:
+        shown_values = _values(
+            settings, form.config, _load(settings, platform, form.config, form.profile)
+        )
+    except (FormErrors, UserError):  # the validation below says what is wrong
+        return form
+    same = {
+        name: None
+        for name in SHOWN_FIELDS
+        if getattr(form, name) is not None and getattr(form, name) == shown_values[name]
+    }
+    return dataclasses.replace(form, **same)
+
+
 def validate_form(
     settings: WebSettings, platform: Platform, form: TrainForm
 ) -> tuple[ResolvedConfig, list[str]]:
     """The resolved config and the `trainforge train` arguments, or FormErrors."""
+    form = only_changed(settings, platform, form)
     sets, argv = build_arguments(settings, form)
-    path = settings.root / form.config
+    path = _config_path(settings, form.config)
     try:
         resolved = validate(
             path,

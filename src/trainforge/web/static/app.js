@@ -79,6 +79,12 @@ const TF = (() => {
     if (cluster) $("f-partition").placeholder = target.partition || "the cluster's default";
   }
 
+  // The values the dialog showed, per field: a field still at its value is sent empty, so
+  // the run keeps the config's value and a changed batch scales the learning rate as
+  // `trainforge train --batch_size N` does (a rate sent along would be kept as given).
+  let shown = {};
+  const CONFIG_VALUES = ["base_model", "dataset", "epochs", "learning_rate", "batch_size"];
+
   async function loadDefaults(config, profile) {
     const params = new URLSearchParams();
     if (config) params.set("config", config);
@@ -92,6 +98,7 @@ const TF = (() => {
     fillSelect($("f-base_model"), choices.models, values.base_model, "(choose a model)");
     // A config may name (or create on first use) its own base model; the field may stay empty.
     $("f-base_model").dataset.configDefault = values.base_model || "";
+    shown = values;
     const list = $("image-datasets");
     list.replaceChildren(...choices.image_datasets.map((name) => new Option(name)));
     for (const name of ["dataset", "epochs", "learning_rate", "batch_size", "output_name"]) {
@@ -124,6 +131,9 @@ const TF = (() => {
   function formValues() {
     const body = {};
     for (const name of FIELDS) body[name] = $(`f-${name}`).value.trim();
+    for (const name of CONFIG_VALUES) {
+      if (body[name] === String(shown[name] ?? "")) body[name] = "";  // unchanged
+    }
     for (const name of ["epochs", "learning_rate", "batch_size"]) body[name] = number(body[name]);
     if (body.task !== "causal-lm" || !body.base_model) body.base_model = null;
     if (!body.dataset) body.dataset = null;
