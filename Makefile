@@ -13,7 +13,7 @@ SHELLCHECK = $(firstword $(wildcard $(VENV)/bin/shellcheck) shellcheck)
 LINT_SHELL = $(SHELLCHECK) scripts/*.sh && $(VENV)/bin/hadolint Dockerfile.dgx-spark
 
 .PHONY: demo test test-slow test-dist test-slurm test-browser test-long test-times test-gpu serve \
-	bench bench-gpu lint format clean venv
+	bench bench-gpu lint format clean venv dist
 
 venv: $(STAMP)
 
@@ -106,6 +106,14 @@ bench: $(STAMP)
 bench-gpu: $(STAMP)
 	$(PY) benchmarks/gpu_suite.py $(OUT)
 
+# The wheel and sdist users install (dist/), built with the venv's setuptools (the
+# build-system's; no download) from a clean copy of the sdist, then checked by twine (metadata,
+# the README as PyPI renders it). The wheel holds the package and its recipes, no tests.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
@@ -116,4 +124,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests scripts benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs dist .pytest_cache .ruff_cache
