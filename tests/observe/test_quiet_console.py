@@ -49,6 +49,9 @@ ALLOWED = [
     r"base model .+ (was made from|is kept for the config's corpus) .+; "
     r"this run's corpus .+ is another, so it uses .+",
     r"checkpoints: .+",
+    r"the tokenizer has no chat template: records are written with "
+    r"data\.options\.prompt_template .+",
+    r"batching: .+ \(data\.options\)",
     r"TensorBoard: tensorboard --logdir .+",
     r"metrics:     .+metrics\.jsonl",
     r"final model: .+model\.safetensors",
