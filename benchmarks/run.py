@@ -71,6 +71,12 @@ BENCHMARKS = [
     ("lm_peers", "lm_trl_process_s", None, "info"),
     ("lm_peers", "lm_hf_process_s", None, "info"),
     ("lm_memory", "lm_chunked_vs_full_peak_memory", 0.5, "<="),
+    ("long_run", "long_run_rss_growth", 0.03, "<="),
+    ("long_run", "long_run_throughput_ratio", 0.95, ">="),
+    ("long_run", "long_run_resume_ratio", 1.5, "<="),
+    ("long_run", "long_run_report_s", 5.0, "<="),
+    ("long_run", "long_run_serve_rss_growth", 0.03, "<="),
+    ("long_run", "long_run_histogram_off_cadence", 0.0, "<="),
 ]
 
 
