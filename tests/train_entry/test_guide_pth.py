@@ -63,3 +63,27 @@ def test_evaluate_export_and_init_from_read_the_guides_pth_names(tmp_path, capsy
     cfg = load(config, profile="cpu", overrides=[f"model.init_from={epoch}.pth"]).config
     located = init_from.locate(cfg)
     assert located.path == ckpt.weights_file(epoch)
+
+
+def test_the_export_and_evaluate_commands_accept_the_pth_spelling(tmp_path, monkeypatch):
+    """The commands check that the source exists before they read it: that check maps the
+    guide's spelling too, or `NAME.pth` is refused as "not found" before it is read."""
+    from fakes.in_process import run_main
+    from trainforge.errors import UserError
+    from trainforge.export import commands, source
+
+    folder = _run_with_checkpoints(tmp_path)
+    best = f"{folder.checkpoints / ckpt.best_name()}.pth"
+    seen: list[Path] = []
+    monkeypatch.setattr(commands, "run_export", lambda source, *a: seen.append(source))
+    ran = run_main("export", best, "--format", "onnx", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+
+    def chosen(found):
+        seen.append(found.folder)
+        raise UserError("read", "stop here")
+
+    monkeypatch.setattr(source, "read_source", chosen)
+    ran = run_main("evaluate", best, cwd=tmp_path)
+    assert "not found" not in ran.stderr, ran.stderr
+    assert seen[-1] == folder.checkpoints / ckpt.best_name()

@@ -166,5 +166,9 @@ def _check_tensor_names(options: ExportOptions) -> None:
 
 
 def check_source_exists(path: Path) -> None:
-    if not path.exists():
+    # The ViT guide's `checkpoints/NAME.pth` names the folder NAME: the early check reads
+    # that spelling as the later read does, or it refuses what the read would accept.
+    from trainforge.runfolder import guide_spelling
+
+    if not guide_spelling(path).exists():
         raise UserError(f"run folder or checkpoint {path} not found", SOURCE_HINT)
