@@ -40,6 +40,8 @@ ALLOWED = [
     r"report: .+report\.html",
     r"done: finished after \d+ steps? in [\d.]+ s of training",
     r"disk: checkpoints need about .+ \(\d+ kept at most x .+\)(, .+ free)?",
+    r"warning: logging\.logging_steps=\d+ writes about [\d,]+ train records over [\d,]+ "
+    r"steps( \(about .+ in .+\))?; .+",
     r"nothing to train: .+ is at step \d+ and training\.max_steps is \d+; .+",
     r"validation accuracy [\d.]+%  loss [\d.]+",
     r"test \(\d+ examples\): loss [\d.]+, .+",

@@ -1,11 +1,13 @@
 """What a run says about itself at start, and the platform facts behind those lines: the
 platform, task, device, batch and recipe lines, the launcher hint (`hardware.launcher`), the
-disk the checkpoints need (and a warning when it is short), the telemetry sampler, the
+disk the checkpoints need (and a warning when it is short), a warning when the logging
+cadence would write more metrics records than a run should, the telemetry sampler, the
 device's name and its peak TFLOP/s for MFU.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +62,8 @@ def print_start(
         mode = "FSDP2 (fully_shard)" if c.hardware.data_parallel == "fsdp" else "DDP"
         print(f"distributed: {world} processes, backend {dist.backend}, {mode}")
     print(f"run folder: {run_dir}")
-    for line in [launcher_line(resolved, platform, world), *notes]:
+    volume = logging_volume_line(c, loop.total_steps, loop.steps_per_epoch)
+    for line in [launcher_line(resolved, platform, world), volume, *notes]:
         if line:
             print(line)
 
@@ -83,6 +86,63 @@ def launcher_line(resolved: ResolvedConfig, platform: Any, world: int) -> str | 
         f"launcher: profile {resolved.profile.name} starts this job with {launcher}; this one "
         f"process trains on 1 of {gpus} GPUs (all of them: {how})"
     )
+
+
+# Above this many train records over a planned run, the start says what the logging costs.
+MANY_RECORDS = 10**7
+# Bytes on disk per train record, measured on `vit_digits` at logging_steps=1 (11 metrics a
+# record; docs/performance.md, "A day of logging_steps=1"): one metrics.jsonl line, and the
+# TensorBoard scalar events of one logged step.
+JSONL_RECORD_BYTES = 450
+TENSORBOARD_RECORD_BYTES = 900
+
+
+def train_records(total_steps: int, logging_steps: int, steps_per_epoch: int) -> int:
+    """Train records a run of `total_steps` writes: one every `logging_steps`, one at each
+    epoch's end and one at the last step (each step once, `MetricsCallback`'s points)."""
+    every, epoch = max(1, logging_steps), max(1, steps_per_epoch)
+    both = every * epoch // math.gcd(every, epoch)
+    records = total_steps // every + total_steps // epoch - total_steps // both
+    return records + (1 if total_steps % every and total_steps % epoch else 0)
+
+
+def logging_volume_line(config: RunConfig, total_steps: int, steps_per_epoch: int) -> str | None:
+    """A warning line when `logging.logging_steps` writes more than `MANY_RECORDS` train
+    records over the planned run (the run goes on); else None."""
+    from trainforge.storage import size_text
+
+    logging = config.logging
+    records = train_records(total_steps, logging.logging_steps, steps_per_epoch)
+    if records <= MANY_RECORDS:
+        return None
+    per_record = JSONL_RECORD_BYTES * logging.jsonl + TENSORBOARD_RECORD_BYTES * logging.tensorboard
+    where = " and ".join(
+        name
+        for name, on in (("metrics.jsonl", logging.jsonl), ("TensorBoard", logging.tensorboard))
+        if on
+    )
+    disk = f" (about {size_text(records * per_record)} in {where})" if per_record else ""
+    return (
+        f"warning: logging.logging_steps={logging.logging_steps} writes about {records:,} train "
+        f"records over {total_steps:,} steps{disk}; "
+        + _fewer_records(total_steps, logging.logging_steps, steps_per_epoch)
+    )
+
+
+def _fewer_records(total_steps: int, logging_steps: int, steps_per_epoch: int) -> str:
+    """How to stay under `MANY_RECORDS`: a logging_steps that does (each epoch's
+    end writes a record too, so with many short epochs none may)."""
+    every = max(logging_steps + 1, math.ceil(total_steps / MANY_RECORDS))
+    while every < total_steps and train_records(total_steps, every, steps_per_epoch) > (
+        MANY_RECORDS
+    ):
+        every *= 2
+    if train_records(total_steps, every, steps_per_epoch) > MANY_RECORDS:
+        return (
+            f"each of its {total_steps // max(1, steps_per_epoch):,} epochs ends with a record "
+            "too: fewer, longer epochs write fewer"
+        )
+    return f"--set logging.logging_steps={every} or more keeps it under {MANY_RECORDS:,}"
 
 
 def batch_text(t: Any, world: int) -> str:
