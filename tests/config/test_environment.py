@@ -58,3 +58,26 @@ def test_empty_values_and_library_variables_set_nothing():
         "TRANSFORMERS_OFFLINE": "1",
     }
     assert environment_layer(env) == ({}, {})
+
+
+def test_a_resume_keeps_the_recorded_tracker_variables_unless_set_again(tmp_path):
+    """run.json's recipe (ResolvedConfig.layers) holds the environment the run started with,
+    so a resume from a shell without WANDB_PROJECT stays in the run's W&B project."""
+    import json
+
+    from trainforge.config import load
+
+    config = tmp_path / "run.yaml"
+    config.write_text("task: {kind: image-classification}\n")
+    first = load(config, profile="cpu", env={"WANDB_PROJECT": "g2p", "WANDB_ENTITY": "lab"})
+    recorded = json.loads(json.dumps(first.layers))  # as run.json stores it
+
+    resumed = load(config, profile="cpu", env={}, recorded=recorded)
+    assert resumed.config.logging.wandb_project == "g2p"
+    assert resumed.config.logging.wandb_entity == "lab"
+    assert resumed.sources["logging.wandb_project"] == "env WANDB_PROJECT (at the run's start)"
+
+    changed = load(config, profile="cpu", env={"WANDB_PROJECT": "new"}, recorded=recorded)
+    assert changed.config.logging.wandb_project == "new"
+    assert changed.config.logging.wandb_entity == "lab"
+    assert changed.sources["logging.wandb_project"] == "env WANDB_PROJECT"

@@ -174,8 +174,9 @@ def load(
         _set_dotted(cli_layer, key, value)
         cli_sources[key] = f"flag --set {key}"
     resolved = _resolve(
-        path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env, names
-    )
+        path, label, file_data, cli_layer, cli_sources, profile, pick_auto_profile, env, names,
+        (recorded or {}).get("environment") or {},
+    )  # fmt: skip
     return dataclasses.replace(resolved, recipe=recipe and recipe.name)
 
 
@@ -189,9 +190,19 @@ def _resolve(
     pick_auto_profile: Callable[[], tuple[str, str]] | None,
     env: Mapping[str, str] | None,
     names: Mapping[str, str],
+    recorded_env: Mapping[str, Any],
 ) -> ResolvedConfig:
     prof, reason = _pick_profile(label, profile, cli_layer, file_data, pick_auto_profile)
-    env_data, env_sources = _environment(env)
+    now_data, now_sources = _environment(env)
+    # A resume keeps the tracker variables the run started with (its W&B project, MLflow
+    # experiment): a shell without them must not move the run; one that sets them again wins.
+    env_data = copy.deepcopy(dict(recorded_env.get("values") or {}))
+    env_sources_given = {**(recorded_env.get("sources") or {}), **now_sources}  # recorded
+    _merge(env_data, now_data, "environment", {}, "")
+    env_sources = {
+        key: source if key in now_sources else f"{source} (at the run's start)"
+        for key, source in env_sources_given.items()
+    }
     layers: list[tuple[str, dict[str, Any]]] = [
         (f"profile {prof.name}", copy.deepcopy(prof.settings)),
         ("environment", env_data),
@@ -223,7 +234,12 @@ def _resolve(
             profile_reason=reason,
             path=path,
             raw=merged,
-            layers={"file": file_data, "flags": cli_layer, "flag_sources": cli_sources},
+            layers={
+                "file": file_data,
+                "flags": cli_layer,
+                "flag_sources": cli_sources,
+                "environment": {"values": env_data, "sources": env_sources_given},
+            },
             profile_requested=profile,
             file_names=dict(names),
         )
