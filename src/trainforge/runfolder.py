@@ -70,6 +70,11 @@ class RunFolder:
         return self.path / "metrics.jsonl"
 
     @property
+    def metric_buckets(self) -> Path:
+        """The charts' min/max/last buckets of metrics.jsonl (`observe.series`)."""
+        return self.path / "metrics.buckets.json"
+
+    @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
 
@@ -201,28 +206,6 @@ class RunFolder:
         tmp = self.path / f".{RUN_JSON}.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
         tmp.replace(self.run_json)
-
-    def trim_metrics(self, last_step: int) -> int:
-        """Drop metrics records after `last_step` (a resume from an earlier checkpoint
-        replays those steps); returns how many were dropped."""
-        if not self.metrics.is_file():
-            return 0
-        kept, dropped = [], 0
-        for line in self.metrics.read_text(encoding="utf-8").splitlines():
-            try:
-                step = json.loads(line).get("step")
-            except (json.JSONDecodeError, AttributeError):
-                dropped += 1  # a line cut by a kill: never a complete record
-                continue
-            if isinstance(step, int) and step > last_step:
-                dropped += 1
-                continue
-            kept.append(line)
-        if dropped:
-            tmp = self.path / ".metrics.jsonl.tmp"
-            tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-            tmp.replace(self.metrics)
-        return dropped
 
     # ------------------------------------------------------------------ lock
     @contextlib.contextmanager

@@ -18,6 +18,10 @@ PAGE_ACTIONS = {
     "run page: status": ("get", "/api/runs/{run_id}"),
     "run page: live progress": ("get", "/api/runs/{run_id}/events"),
     "run page: metrics history": ("get", "/api/runs/{run_id}/metrics"),
+    "run page: charts (min/max/last buckets, a zoomed window)": (
+        "get",
+        "/api/runs/{run_id}/series",
+    ),
     "run page: output": ("get", "/api/runs/{run_id}/log"),
     "Stop": ("post", "/api/runs/{run_id}/stop"),
     "Resume": ("post", "/api/runs/{run_id}/resume"),
@@ -42,6 +46,7 @@ PAGE_ACTIONS = {
     "trial page: status": ("get", "/api/runs/{sweep}/trials/{trial}"),
     "trial page: live progress": ("get", "/api/runs/{sweep}/trials/{trial}/events"),
     "trial page: metrics history": ("get", "/api/runs/{sweep}/trials/{trial}/metrics"),
+    "trial page: charts": ("get", "/api/runs/{sweep}/trials/{trial}/series"),
     "trial page: output": ("get", "/api/runs/{sweep}/trials/{trial}/log"),
 }
 _CALL = re.compile(r"""api\(\s*"(GET|POST|PATCH|DELETE)",\s*[`"](/api/[^`"?]*)""")

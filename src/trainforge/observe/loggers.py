@@ -45,10 +45,19 @@ def _finite(metrics: dict[str, float]) -> dict[str, float]:
 
 
 class JsonlLogger:
+    """metrics.jsonl, and its chart buckets (`observe.series`) kept beside it as it grows:
+    the sidecar is saved every `series.SAVE_EVERY` records and at close, so no reader of a
+    long run (the web app's charts, the report) ever reads the whole file."""
+
     def __init__(self, path: Path) -> None:
+        from trainforge.observe import series
+
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         path.touch()
+        self._series = series
+        self.buckets = series.load(path)  # after a resume's truncation: the sidecar, caught up
+        self._unsaved = 0
 
     def log(self, split: str, metrics: dict[str, float], step: int, epoch: float) -> None:
         record = {"time": round(time.time(), 3), "split": split, "step": step, "epoch": epoch}
@@ -64,12 +73,22 @@ class JsonlLogger:
             raise storage_error(
                 "metrics", self.path, err, len(line), "then resume with --resume RUN"
             ) from None
+        self.buckets.add(record)
+        self.buckets.offset += len(line.encode("utf-8"))
+        self._unsaved += 1
+        if self._unsaved >= self._series.SAVE_EVERY:
+            self._save()
+
+    def _save(self) -> None:
+        self._unsaved = 0
+        self._series.write(self.path, self.buckets)
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass  # the run folder holds config.resolved.yaml
 
     def close(self) -> None:
-        pass  # nothing is held open between records
+        if self._unsaved:
+            self._save()
 
 
 class TensorBoardLogger:

@@ -24,6 +24,7 @@ from trainforge import parallel
 from trainforge.config import ResolvedConfig, RunConfig
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
+from trainforge.observe import series
 from trainforge.run.recipe import config_changes
 from trainforge.run.segments import launcher_job, restart_line
 from trainforge.runfolder import Hold, RunFolder, find_run, for_config
@@ -273,7 +274,9 @@ def prepare_folder(
         resume_point(folder, None, False)  # another process got here first: refuse
     if start_from is not None:
         resume_step = int(ckpt.read_meta(start_from).get("global_step", 0))
-        folder.trim_metrics(resume_step)
+        # The steps after the checkpoint are redone: their records go, by a bisected
+        # truncation that reads a few lines, not the file (a long run's is 10^8 bytes).
+        series.truncate(folder.metrics, resume_step)
     folder.mark_holder()
     record_run(folder, resolved)  # first: a folder with any file of the run can resume
     folder.resolved_config.write_text(config_text, encoding="utf-8")

@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trainforge.errors import UserError
+from trainforge.observe import series
 from trainforge.registry import TASKS
 from trainforge.runfolder import resume_command
 from trainforge.web.api_models import ErrorsOut, RunOut, TrainRequest
@@ -279,6 +280,37 @@ def run_metrics(request: Request, run_id: str, offset: int = Query(0, ge=0)) -> 
 def metrics_after(state: AppState, record: RunRecord, offset: int) -> dict[str, Any]:
     records, end = read_records(state.settings.run_folder(record.id).metrics, offset)
     return {"records": records, "offset": end}
+
+
+@router.get("/runs/{run_id}/series", responses={400: {}, 404: {}})
+def run_series(
+    request: Request,
+    run_id: str,
+    lo: int | None = Query(None, ge=0),
+    hi: int | None = Query(None, ge=0),
+) -> dict[str, Any]:
+    """The run's metrics as at most 1,000 min/max/last buckets per series (W&B's scheme),
+    the newest record per split, and the byte offset the event stream continues from. With
+    `lo` and `hi`: that step window, as raw points when it holds 1,000 or fewer a series."""
+    state = _state(request)
+    return series_answer(state, _record(state, run_id), lo, hi)
+
+
+def series_answer(
+    state: AppState, record: RunRecord, lo: int | None, hi: int | None
+) -> dict[str, Any]:
+    path = state.settings.run_folder(record.id).metrics
+    buckets = _SERIES.get(path)
+    answer: dict[str, Any] = {"offset": buckets.offset, "lo": lo, "hi": hi,
+                              "latest": buckets.latest()}  # fmt: skip
+    if lo is None or hi is None or not path.is_file():
+        return {**answer, "raw": buckets.width == 1, "origin": 0, **buckets.view()}
+    if hi < lo:
+        raise HTTPException(400, "hi must not be below lo")
+    return {**answer, **series.window(path, lo, hi)}
+
+
+_SERIES = series.Cache()
 
 
 @router.get("/runs/{run_id}/log", responses={400: {}, 404: {}})

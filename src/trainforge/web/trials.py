@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from trainforge.sweep.study import SweepFolder
-from trainforge.web.api import event_stream, metrics_after, status_response
+from trainforge.web.api import event_stream, metrics_after, series_answer, status_response
 from trainforge.web.api_models import RunOut
 from trainforge.web.app_state import AppState
 from trainforge.web.run_files import log_tail
@@ -39,6 +39,19 @@ def trial_metrics(
 ) -> dict[str, Any]:
     state = _state(request)
     return metrics_after(state, trial_record(state, sweep, trial), offset)
+
+
+@router.get("/series", responses={400: {}, 404: {}})
+def trial_series(
+    request: Request,
+    sweep: str,
+    trial: str,
+    lo: int | None = Query(None, ge=0),
+    hi: int | None = Query(None, ge=0),
+) -> dict[str, Any]:
+    """The trial's metrics as chart buckets, as for a run (`api.run_series`)."""
+    state = _state(request)
+    return series_answer(state, trial_record(state, sweep, trial), lo, hi)
 
 
 @router.get("/log", responses={400: {}, 404: {}})
