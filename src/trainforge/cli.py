@@ -131,6 +131,15 @@ def _refuse_before_slow_work(resolved, resume: str | None) -> None:
     check_fresh_run(resolved.config, run_folder_for(resolved), resume)
 
 
+def _check_config_paths(resolved) -> None:
+    """The paths the config names, checked as `train` checks them first (`run.preflight`):
+    a missing base model or a taken output model is not OK."""
+    from trainforge.run.preflight import check_config_paths
+    from trainforge.run.resume import run_folder_for
+
+    check_config_paths(resolved.config, run_folder_for(resolved))
+
+
 def _target_of(argv: list[str]) -> tuple[tuple[str, Path | None] | None, list[str]]:
     """((target name, targets file) when --target names a cluster, the other words).
     `--target local` is this machine: the words train as they would without it."""
@@ -259,7 +268,8 @@ def validate_cmd(ctx: typer.Context) -> None:
     for path in files:
         args.config = path
         try:
-            _resolve(args, platform, args.world_size or 1, for_profile=True)
+            resolved, _ = _resolve(args, platform, args.world_size or 1, for_profile=True)
+            _check_config_paths(resolved)
             print(f"OK {path}")
         except ConfigError as err:
             failed = True

@@ -16,7 +16,8 @@ from trainforge.runfolder import RunFolder
 
 def config(overwrite: bool = False, model_name: str | None = "out", models_dir: str = "models"):
     output = SimpleNamespace(overwrite=overwrite, model_name=model_name, models_dir=models_dir)
-    return SimpleNamespace(output=output, task=SimpleNamespace(kind="causal-lm"))
+    model = SimpleNamespace(init_from=None, model_name_or_path="base", init_arch="gpt2")
+    return SimpleNamespace(output=output, task=SimpleNamespace(kind="causal-lm"), model=model)
 
 
 @pytest.fixture
@@ -52,3 +53,52 @@ def test_an_output_model_of_another_run_is_refused(taken, tmp_path):
     check_fresh_run(config(overwrite=True), other, None)
     check_fresh_run(config(model_name="fresh"), other, None)
     check_fresh_run(config(), taken, "auto")  # the run's own model: it may replace it
+
+
+def _refused_without_torch(cwd, *args: str) -> tuple[int, str]:
+    """`trainforge ARGS` in a child: (exit code, stderr); the child fails if torch loaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom trainforge import cli\n"
+        f"sys.argv = ['trainforge', *{list(args)!r}]\n"
+        "try:\n    cli.main()\nexcept SystemExit as exit_:\n    status = exit_.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60
+    )
+    return done.returncode, done.stderr
+
+
+def test_a_missing_or_unset_base_model_is_refused_before_torch_loads_and_by_validate(tmp_path):
+    """The base model folder needs no data or model to check: train says it at once and
+    validate says it too, in the words the model loader would use."""
+    from fakes.in_process import run_main
+
+    (tmp_path / "models" / "empty").mkdir(parents=True)
+    for flags, said in (
+        (["--base-model", "models/nothere"], "not a Hugging Face model folder (no such folder)"),
+        (["--base-model", "models/empty"], "not a Hugging Face model folder (no config.json"),
+        ([], "model.model_name_or_path is not set"),
+    ):
+        code, err = _refused_without_torch(tmp_path, "train", "jetson_training", *flags)
+        assert code == 2 and said in err and "Traceback" not in err, err
+        ran = run_main("validate", "jetson_training", *flags, cwd=tmp_path)
+        assert ran.returncode == 2 and said in ran.stderr, ran.stdout + ran.stderr
+        assert "OK" not in ran.stdout
+
+
+def test_validate_refuses_an_output_model_another_run_wrote(tmp_path):
+    from fakes.in_process import run_main
+
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "config.json").write_text("{}")
+    (tmp_path / "models" / "my-model").mkdir()
+    flags = ("--base-model", "models/tiny", "--output-name", "my-model")
+    ran = run_main("validate", "jetson_training", *flags, cwd=tmp_path)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "model folder models/my-model already exists" in ran.stderr
+    ran = run_main("validate", "jetson_training", *flags, "--overwrite", cwd=tmp_path)
+    assert ran.returncode == 0 and "OK jetson_training" in ran.stdout, ran.stderr

@@ -63,6 +63,31 @@ def corpus_model_path(path: Path, fact: dict[str, Any]) -> Path:
     return path.with_name(f"{path.name}-{stem}-{fact['sha256'][:HASH_PREFIX]}")
 
 
+def check_base_model_named(config: Any) -> None:
+    """What `resolve_base_model` would refuse without reading a file or importing torch: no
+    base model named, or a local folder that is missing or has no config.json. A folder that
+    `model.init_arch` creates on first use, a Hugging Face id (resolved in the cache) and
+    another run's weights (`model.init_from`) are left to it."""
+    m = config.model
+    if m.init_from:
+        return
+    if not m.model_name_or_path:
+        raise _no_base_model()
+    if m.init_arch or is_hub_id(m.model_name_or_path, config.output.models_dir):
+        return
+    from trainforge.models.folder_check import check_folder_shape
+
+    check_folder_shape(hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir))
+
+
+def _no_base_model() -> UserError:
+    return UserError(
+        "model.model_name_or_path is not set: causal-lm needs a base model",
+        "pick a base model (--base-model models/NAME, or model.model_name_or_path); "
+        "`trainforge models init NAME --corpus FILE` makes a small one",
+    )
+
+
 def resolve_base_model(config: Any, create: bool = True) -> Path:
     """The base model folder; with `model.init_arch`, the one made from this run's corpus,
     created on first use (`create=False`: one line saying it is missing instead)."""
@@ -72,11 +97,7 @@ def resolve_base_model(config: Any, create: bool = True) -> Path:
         print(f"init_from {m.init_from}: base model {base}")
         return hf.check_model_dir(base)
     if not m.model_name_or_path:
-        raise UserError(
-            "model.model_name_or_path is not set: causal-lm needs a base model",
-            "pick a base model (--base-model models/NAME, or model.model_name_or_path); "
-            "`trainforge models init NAME --corpus FILE` makes a small one",
-        )
+        raise _no_base_model()
     if is_hub_id(m.model_name_or_path, config.output.models_dir):  # never made at random
         found = resolve_hub_model(m.model_name_or_path)
         print(f"base model {found.repo_id}@{found.revision}: commit {found.commit} ({found.path})")

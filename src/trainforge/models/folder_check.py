@@ -126,6 +126,17 @@ def _check_tokenizer_files(path: Path) -> None:
 
 def check_model_folder(path: Path, field: str = "model.model_name_or_path") -> Path:
     """`path` when it holds a loadable causal LM; one `UserError` line otherwise."""
+    config_file = check_folder_shape(path, field)
+    _check_architecture(config_file, read_json_file(config_file, "model config"))
+    _check_weights(path)
+    _check_tokenizer_files(path)
+    return path
+
+
+def check_folder_shape(path: Path, field: str = "model.model_name_or_path") -> Path:
+    """The folder's config.json, when `path` is a folder that has one; one `UserError` line
+    otherwise. Reads no file and imports nothing heavy, so `trainforge validate` and the
+    train command's first checks (`run.preflight`) say it before torch loads."""
     if not path.exists():
         raise UserError(
             f"{field} = {str(path)!r}: not a Hugging Face model folder (no such folder)",
@@ -139,7 +150,4 @@ def check_model_folder(path: Path, field: str = "model.model_name_or_path") -> P
             f"{field} = {str(path)!r}: not a Hugging Face model folder (no config.json in it)",
             _init_fix(path),
         )
-    _check_architecture(config_file, read_json_file(config_file, "model config"))
-    _check_weights(path)
-    _check_tokenizer_files(path)
-    return path
+    return config_file
