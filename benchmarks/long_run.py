@@ -37,6 +37,7 @@ long one is compared with. Measured, each against its target:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -166,6 +167,13 @@ def fifths(times: dict[int, float], steps: int) -> tuple[float, float]:
         return (b - a) / (times[b] - times[a])
 
     return rate(fifth, 2 * fifth), rate(4 * fifth, 5 * fifth)
+
+
+def tenths(times: dict[int, float], steps: int) -> list[float]:
+    """Steps/s of each tenth of a `steps`-step run (from step 1 for the first): whether a
+    late slowdown is a trend or the host's noise."""
+    bounds = [max(1, steps * i // 10) for i in range(11)]
+    return [(b - a) / (times[b] - times[a]) for a, b in itertools.pairwise(bounds)]
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, sampler: bool = False):
@@ -317,6 +325,7 @@ def run(
         records = sum(1 for _ in (folder / "metrics.jsonl").open())
         rss_growth, rss_first, rss_peak = growth(samples, times[steps // 5], times[steps])
         second, last = fifths(times, steps)
+        by_tenth = tenths(times, steps) if steps >= 20 else []
         off_cadence, histogram_sets = histogram_check(folder / "tensorboard", HISTOGRAM_STEPS,
                                                       steps)  # fmt: skip
         report_s = _timed(lambda: _run([sys.executable, "-m", "trainforge", "report",
@@ -367,6 +376,8 @@ def run(
         ["row", "measured", "target", "verdict", "detail"],
         rows,
     )
+    if by_tenth:
+        text += "\nsteps/s by tenth of the long run: " + " ".join(f"{r:.0f}" for r in by_tenth)
     return text, values
 
 

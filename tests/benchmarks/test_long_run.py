@@ -33,6 +33,13 @@ def test_throughput_compares_the_last_fifth_with_the_second():
     assert last == pytest.approx(0.5)  # steps 8 -> 10
 
 
+def test_tenths_give_the_rate_of_each_tenth_of_the_run():
+    times = {step: float(step if step <= 50 else 50 + 2 * (step - 50)) for step in range(101)}
+    rates = long_run.tenths(times, 100)
+    assert len(rates) == 10
+    assert rates[:5] == pytest.approx([1.0] * 5) and rates[5:] == pytest.approx([0.5] * 5)
+
+
 def test_every_row_is_registered_with_make_bench_at_the_modules_target():
     rows = {key: (target, direction) for module, key, target, direction in bench_run.BENCHMARKS
             if module == "long_run"}  # fmt: skip
