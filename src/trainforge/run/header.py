@@ -116,11 +116,8 @@ def logging_volume_line(config: RunConfig, total_steps: int, steps_per_epoch: in
     if records <= MANY_RECORDS:
         return None
     per_record = JSONL_RECORD_BYTES * logging.jsonl + TENSORBOARD_RECORD_BYTES * logging.tensorboard
-    where = " and ".join(
-        name
-        for name, on in (("metrics.jsonl", logging.jsonl), ("TensorBoard", logging.tensorboard))
-        if on
-    )
+    files = (RunFolder(Path()).metrics.name, logging.jsonl), ("TensorBoard", logging.tensorboard)
+    where = " and ".join(name for name, on in files if on)
     disk = f" (about {size_text(records * per_record)} in {where})" if per_record else ""
     return (
         f"warning: logging.logging_steps={logging.logging_steps} writes about {records:,} train "
