@@ -37,7 +37,7 @@ def test_every_step_logging_over_a_long_run_is_one_warning_line_with_the_disk_an
     assert line is not None and "\n" not in line
     assert line.startswith(
         "warning: logging.logging_steps=1 writes about 20,000,000 train records over "
-        "20,000,000 steps (about 27.0 GB in metrics.jsonl and TensorBoard); "
+        "20,000,000 steps (about 21.0 GB in metrics.jsonl and TensorBoard); "
     )
     fix = int(re.search(r"--set logging\.logging_steps=(\d+) or more", line)[1])
     assert header.train_records(2 * 10**7, fix, STEPS_PER_EPOCH) <= header.MANY_RECORDS

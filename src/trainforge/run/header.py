@@ -91,10 +91,10 @@ def launcher_line(resolved: ResolvedConfig, platform: Any, world: int) -> str | 
 # Above this many train records over a planned run, the start says what the logging costs.
 MANY_RECORDS = 10**7
 # Bytes on disk per train record, measured on `vit_digits` at logging_steps=1 (11 metrics a
-# record; docs/performance.md, "A day of logging_steps=1"): one metrics.jsonl line, and the
-# TensorBoard scalar events of one logged step.
+# record; docs/observability.md, "A day of logging_steps=1 on disk"): one metrics.jsonl line,
+# and the TensorBoard scalar events of one logged step (framing included).
 JSONL_RECORD_BYTES = 450
-TENSORBOARD_RECORD_BYTES = 900
+TENSORBOARD_RECORD_BYTES = 600
 
 
 def train_records(total_steps: int, logging_steps: int, steps_per_epoch: int) -> int:
