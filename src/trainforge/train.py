@@ -78,7 +78,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
     from trainforge.engine.trainer import Trainer
     from trainforge.hardware.allocator import tune_host_allocator
     from trainforge.hardware.threads import apply_threads, thread_count
-    from trainforge.observe.loggers import build_loggers, flatten
+    from trainforge.observe.loggers import build_loggers
     from trainforge.run import header, init_from, outputs, resume
     from trainforge.run.callbacks import build_callbacks
     from trainforge.run.recipe import config_hash, config_yaml
@@ -111,7 +111,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
         config,
         build_loggers(config.logging, folder.path, folder.path.name, resume_step) if main else [],
         progress=config.logging.progress_bar and main,
-        params=flatten(config.model_dump(mode="json")),
+        params=logged_params(config, task),
         telemetry=header.telemetry(config, platform) if main else None,
         profile_dir=folder.path if main else None,
         run_folder=folder,
@@ -133,6 +133,18 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
     result = outputs.fit_or_abort(trainer.fit, folder)
     return outputs.finish(trainer, _engine(trainer, device), result, folder, resolved, platform,
                           callbacks)  # fmt: skip
+
+
+def logged_params(config: Any, task: Any) -> dict[str, Any]:
+    """The config as the trackers record it (W&B config, MLflow params), with the base model
+    the task loaded: a run on another corpus loads NAME-<corpus>-<hash>, not the name the
+    config writes, and the tracker must name what was trained on."""
+    from trainforge.observe.loggers import flatten
+
+    params = flatten(config.model_dump(mode="json"))
+    if task.base_model:
+        params["model.model_name_or_path"] = task.base_model
+    return params
 
 
 def _resume(trainer: Any, folder: Any, start_from: Any, config: Any) -> None:

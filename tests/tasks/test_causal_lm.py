@@ -4,6 +4,7 @@ only the adapter and merges faithfully, resume through the engine's checkpoints 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,3 +239,30 @@ def test_resume_mid_epoch_is_exact(tmp_path, request, lm_corpus, fixture):
         straight.model.named_parameters(), second.model.parameters(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+def test_the_base_model_recorded_is_the_folder_loaded(tmp_path):
+    """A run on another corpus loads models/NAME-<corpus>-<hash>, not the name the config
+    writes: the model's trainforge.json (`models list`'s "base:") and the trackers' params
+    name the folder that was loaded."""
+    from types import SimpleNamespace
+
+    from trainforge.train import logged_params
+
+    def task(written: str, loaded: str) -> CausalLM:
+        t = CausalLM.__new__(CausalLM)  # only what provenance reads
+        model = SimpleNamespace(model_name_or_path=written)
+        t.config = SimpleNamespace(model=model, output=SimpleNamespace(models_dir="models"))
+        t.base_dir = Path(loaded)
+        return t
+
+    derived = task("models/g2p-small", "models/g2p-small-data-53d346bf")
+    assert derived.base_model == "models/g2p-small-data-53d346bf"
+    assert task("models/tiny", "models/tiny").base_model == "models/tiny"
+    assert task("tiny", "models/tiny").base_model == "tiny"  # looked up in models/: as written
+    hub = task("org/name", str(tmp_path / "hub" / "snapshots" / "abc"))
+    assert hub.base_model == "org/name"  # an id names its snapshot
+
+    config = lm_config(tmp_path / "base", tmp_path / "train.tsv")
+    params = logged_params(config, derived)
+    assert params["model.model_name_or_path"] == "models/g2p-small-data-53d346bf"

@@ -71,6 +71,9 @@ class Task(Protocol):
     # The signal that cut the task's own closing evaluation short (`save_final`), else None:
     # the run then ends with that signal's exit code although its model is saved.
     final_stop: str | None = None
+    # The base model the task's model was built from, as provenance names it (the folder
+    # actually loaded where that differs from the config's name), else None.
+    base_model: str | None = None
 
     def save_final(
         self,

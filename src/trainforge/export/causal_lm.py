@@ -113,7 +113,7 @@ class CausalLMExport:
             "task": self.kind,
             "source": str(job.source.weights),
             "config_hash": config_hash(self.config),
-            "base_model": self.config.model.model_name_or_path,
+            "base_model": self.task.base_model,  # the folder the run loaded
             "lora_merged": lora,
             "lora": self.config.lora.model_dump(mode="json") if lora else None,
             "metric": self.metric,

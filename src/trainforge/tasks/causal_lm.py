@@ -110,6 +110,22 @@ class CausalLM(Task):
             eval_batch_size=eval_batch_size,
         )
 
+    @property
+    def base_model(self) -> str:
+        """The base model as provenance names it (trainforge.json, the trackers' params): as
+        written where that is the folder loaded (a Hugging Face id names its snapshot), else
+        the folder loaded: the corpus's own `NAME-<corpus>-<hash>` (`models.base_model`) or
+        another run's output model under `model.init_from`."""
+        from trainforge.models.hub import is_hub_id
+
+        given = self.config.model.model_name_or_path
+        models_dir = self.config.output.models_dir
+        if given and is_hub_id(given, models_dir):
+            return given
+        if given and hf.resolve_model_dir(given, models_dir) == self.base_dir:
+            return given
+        return str(self.base_dir)
+
     # ------------------------------------------------------------ the loop
     def to_device(self, batch: dict[str, Any], device: torch.device, train: bool) -> dict:
         non_blocking = device.type == "cuda"
@@ -328,7 +344,7 @@ class CausalLM(Task):
             "created_by": "trainforge train",
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "task": self.name,
-            "base_model": c.model.model_name_or_path,
+            "base_model": self.base_model,
             "base_model_path": str(self.base_dir),
             "dataset": {
                 "train_file": c.data.options.train_file,
