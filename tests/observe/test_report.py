@@ -23,7 +23,7 @@ from trainforge.errors import UserError
 from trainforge.hardware.tegrastats import parse_line
 from trainforge.observe.loggers import JsonlLogger
 from trainforge.observe.report import build_report
-from trainforge.observe.report_data import class_table, load_run, throughput
+from trainforge.observe.report_data import cell_of, class_table, load_run, throughput
 from trainforge.observe.report_html import PLOTS_OFF, fmt
 from trainforge.observe.report_plots import MAX_POINTS, downsample, plot_specs
 
@@ -291,7 +291,11 @@ def test_resumed_log_keeps_the_newer_records(tmp_path):
     ]
     assert [r["accuracy"] for r in data.split("val")] == [0.2]
     telemetry = [(r["step"], r["cpu_util_pct"]) for r in data.split("telemetry")]
-    assert telemetry == [(10, 1.0), (20, 1.0)] + [(s, 2.0) for s in (30, 30, 40, 40, 50, 50)]
+    assert telemetry == [(10, 1.0), (20, 1.0), (30, 2.0), (40, 2.0), (50, 2.0)]
+    # the two samples of a step are one record (the charts' bucket): both are counted
+    assert [cell_of(r, "cpu_util_pct") for r in data.split("telemetry")] == [None, None] + [
+        (2, 2.0, s, 2.0, s, 2.0) for s in (30, 40, 50)
+    ]
 
 
 def test_torn_lines_nulls_and_no_summary_become_notes(tmp_path):
@@ -336,8 +340,9 @@ def test_downsample_keeps_shape_peaks_and_gaps():
 
 
 def test_long_run_reports_quickly(tmp_path, monkeypatch):
-    """A long run's report draws each line from at most MAX_POINTS points, whatever the
-    run's length: that bound, not a wall clock, is what keeps it quick (3 s on a laptop)."""
+    """A long run's report reads its chart buckets (at most 2,000 a series: 20,000 steps
+    are 1,251 buckets of 16) and draws each line from at most MAX_POINTS points, whatever
+    the run's length: those bounds, not a wall clock, are what keep it quick."""
     from trainforge.observe import report_plots
 
     drawn: list[tuple[int, int]] = []
@@ -358,7 +363,7 @@ def test_long_run_reports_quickly(tmp_path, monkeypatch):
     logger.close()
     build_report(run)
     assert (run / "report" / "temperature.png").exists()
-    assert any(given == 20_000 for given, _ in drawn)  # the long series went through it
+    assert any(given == 1_251 for given, _ in drawn), drawn  # the buckets, not 20,000 records
     assert drawn and all(kept <= MAX_POINTS for _, kept in drawn), drawn
 
 

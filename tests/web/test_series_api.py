@@ -1,6 +1,6 @@
 """The run page's chart data for a run of 10^6 records (`GET /api/runs/{id}/series`): under a
 megabyte, at most 1,000 buckets a metric, the planted spike kept; a zoom answers raw points;
-the live stream continues from the answer's offset."""
+the live stream continues from the answer's offset; the report reads the same buckets."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ def test_a_million_record_run_page_gets_under_a_megabyte_with_its_spike(make_cli
     again = client.get("/api/runs/long/series").json()  # cached, caught up, not rebuilt
     assert again["latest"]["train"]["loss"] == 7.0
     assert folder.path.joinpath("metrics.buckets.json").is_file()
+    from trainforge.observe.report import build_report
+    from trainforge.observe.report_data import load_run
+
+    data = load_run(folder.path)  # the report reads the same buckets, not 10^6 records
+    assert len(data.split("train")) <= 2_000
+    assert max(c[3] for r in data.split("train") if (c := r.get("_cell", {}).get("loss"))) == 100
+    assert build_report(folder.path).is_file()
 
 
 def test_a_short_run_answers_its_points_and_a_bad_window_is_refused(make_client, project):

@@ -6,6 +6,10 @@ point: train, val, val_fast, telemetry), `summary.json`, `config.resolved.yaml`,
 note in the report, never an exception: only a missing run folder or metrics.jsonl is a
 `UserError`.
 
+The records come from the chart buckets (`observe.series`), so the report costs the same at
+10^6 records as at 10^3: a run of up to 2,000 steps reads as its own records, a longer one
+as a record per bucket whose best value, mean and peak are the bucket's own.
+
 A resumed run appends to metrics.jsonl. After a resume from an older checkpoint (a crash
 between saves) the log holds records the resumed run redid; the later record wins: a train,
 val or val_fast record whose step is not past the last kept one drops the kept records of
@@ -26,10 +30,11 @@ import yaml
 from trainforge import yamltext
 from trainforge.engine import checkpoint as ckpt
 from trainforge.errors import UserError
+from trainforge.observe import series
 from trainforge.runfolder import RunFolder
 
 SPLITS = ("train", "val", "val_fast", "telemetry", "test")
-_RECORD_KEYS = {"time", "split", "step", "epoch"}
+_RECORD_KEYS = {"time", "split", "step", "epoch", series.CELL}
 _LOWER_IS_BETTER = {"loss", "perplexity", "per", "wer", "cer"}
 # Keys with these endings are measurements (time, memory, rates), not task metrics.
 _UNIT_SUFFIXES = ("_s", "_ms", "_mib", "_gib", "_pct", "_per_s", "_w", "_mw", "_c", "_mhz")
@@ -135,39 +140,23 @@ def _read_segments(folder: RunFolder, notes: list[str]) -> list[dict[str, Any]]:
 
 
 def _read_metrics(path: Path, notes: list[str]) -> dict[str, list[dict[str, Any]]]:
-    records: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
-    bad = 0
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            split = record.get("split") if isinstance(record, dict) else None
-            step = number(record.get("step")) if isinstance(record, dict) else None
-            if split not in records or step is None:
-                bad += 1
-                continue
-            record["step"] = int(step)
-            _append(records[split], record, allow_same_step=split == "telemetry")
+    """Each split's records from the chart buckets (`observe.series`): the records
+    themselves for a run of up to 2,000 steps, a record per bucket for a longer one, so a
+    10^6-record run is read from its sidecar and the records written after it."""
+    buckets = series.load(path)
+    found = buckets.split_records()
+    bad = buckets.bad_lines + (path.stat().st_size > buckets.offset)  # a torn last line
     if bad:
         notes.append(
             f"{bad} unreadable line(s) in metrics.jsonl skipped (a crash can tear the last line)"
         )
-    return records
+    return {name: found.get(name, []) for name in SPLITS}
 
 
-def _append(kept: list[dict[str, Any]], record: dict[str, Any], allow_same_step: bool) -> None:
-    step = record["step"]
-    if kept:
-        last = kept[-1]["step"]
-        rewound = step < last if allow_same_step else step <= last
-        if rewound:  # a resume redid these steps: the newer records win
-            kept[:] = [r for r in kept if r["step"] < step]
-    kept.append(record)
+def cell_of(record: dict[str, Any], key: str) -> tuple | None:
+    """(count, min, min step, max, max step, mean) of `key` in a record that stands for a
+    bucket of several points, else None."""
+    return record.get(series.CELL, {}).get(key)
 
 
 def _read_mapping(path: Path, notes: list[str]) -> dict[str, Any]:
@@ -229,7 +218,13 @@ def metric_stats(records: list[dict[str, Any]], split: str) -> list[MetricStat]:
     for key in keys:
         having = [r for r in records if key in r]
         last = having[-1]
-        finite = [(number(r[key]), r["step"]) for r in having if number(r[key]) is not None]
+        finite = []
+        for r in having:
+            cell = cell_of(r, key)
+            if cell is not None:  # a bucket: its own min and max, at their steps
+                finite += [(cell[1], cell[2]), (cell[3], cell[4])]
+            elif number(r[key]) is not None:
+                finite.append((number(r[key]), r["step"]))
         lower = lower_is_better(key)
         best = (min if lower else max)(finite, key=lambda p: p[0], default=(None, None))
         stats.append(
@@ -259,14 +254,14 @@ def throughput(train: list[dict[str, Any]]) -> Throughput:
     for record in train:
         window = max(1, record["step"] - previous)
         previous = record["step"]
-        step_time = number(record.get("step_time_s"))
+        step_time = _mean(record, "step_time_s")
         if step_time is None:
             continue
         seconds = step_time * window
         total_s += seconds
         steps += window
         for key in ("samples_per_s", "tokens_per_s", "data_wait_share", "mfu"):
-            value = number(record.get(key))
+            value = _mean(record, key)
             if value is not None:
                 sums[key] = sums.get(key, 0.0) + value * seconds
                 weights[key] = weights.get(key, 0.0) + seconds
@@ -275,6 +270,11 @@ def throughput(train: list[dict[str, Any]]) -> Throughput:
         if weights[key] > 0:
             setattr(out, key, total / weights[key])
     return out
+
+
+def _mean(record: dict[str, Any], key: str) -> float | None:
+    cell = cell_of(record, key)
+    return cell[5] if cell is not None else number(record.get(key))
 
 
 @dataclass
@@ -293,9 +293,19 @@ def telemetry_stats(data: RunData) -> list[Reading]:
         keys += [k for k in record if k not in _RECORD_KEYS and k not in keys]
     readings = []
     for key in keys:
-        values = [v for v in (number(r.get(key)) for r in records) if v is not None]
-        if values:
-            readings.append(Reading(key, sum(values) / len(values), max(values), values[-1]))
+        total = count = 0.0
+        peak = last = None
+        for record in records:
+            cell, value = cell_of(record, key), number(record.get(key))
+            if value is None:
+                continue
+            n, high = (cell[0], cell[3]) if cell else (1, value)
+            total += (cell[5] if cell else value) * n
+            count += n
+            peak = high if peak is None else max(peak, high)
+            last = value
+        if count and peak is not None:
+            readings.append(Reading(key, total / count, peak, last))
     if readings:
         return readings
     summary = data.summary.get("telemetry")

@@ -21,8 +21,10 @@ module owns the three ways around that:
   bisection over the file (records are in step order: every resume truncates what it
   redoes). A resume truncates there; a zoomed chart reads its window from there.
 
-The records' own keys (time, split, step, epoch) are not series. Non-finite values are
-stored as null by the writer and skipped here. No torch, no numpy: the web app imports this.
+The records' own keys (time, split, step, epoch) are not series. A non-finite value is
+stored as null by the writer; here it is a point without a value (the bucket's last value
+is null, a gap in a chart), and min, max and the mean leave it out. No torch, no numpy:
+the web app imports this.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from trainforge.runfolder import RunFolder
 MAX_BUCKETS = 1000
 FORMAT = 1
 RECORD_KEYS = frozenset({"time", "split", "step", "epoch"})
+CELL = "_cell"  # the key of a cell's summary in `Buckets.split_records`
 # The sidecar is rewritten after this many records (and when the logger closes): a reader
 # folds in at most this many records from the jsonl itself.
 SAVE_EVERY = 500
@@ -102,20 +105,23 @@ class Buckets:
         time = _number(record.get("time"))
         for key, raw in record.items():
             value = _number(raw)
-            if value is None or key in RECORD_KEYS:
-                continue
+            if key in RECORD_KEYS or (value is None and raw is not None):
+                continue  # text, a flag: no series
             series = self.cells.setdefault(f"{split}/{key}", {})
             cell = series.get(index)
             if cell is None:
-                series[index] = [1, value, value, value, step, time, step, step, value]
+                cell = series[index] = [0, None, None, None, step, time, step, step, 0.0]
+            # A null (the writer's non-finite value) is a point without a value: it ends
+            # the bucket as a gap, as the report shows it, and leaves min and max alone.
+            cell[LAST], cell[STEP], cell[TIME] = value, step, time
+            if value is None:
                 continue
             cell[N] += 1
-            if value < cell[MIN]:
-                cell[MIN], cell[MIN_STEP] = value, step
-            if value > cell[MAX]:
-                cell[MAX], cell[MAX_STEP] = value, step
-            cell[LAST], cell[STEP], cell[TIME] = value, step, time
             cell[SUM] += value
+            if cell[MIN] is None or value < cell[MIN]:
+                cell[MIN], cell[MIN_STEP] = value, step
+            if cell[MAX] is None or value > cell[MAX]:
+                cell[MAX], cell[MAX_STEP] = value, step
 
     def _drop_after(self, split: str, step: int) -> None:
         """Forget `split`'s points at or after `step` (the cell holding it is cleared whole:
@@ -149,9 +155,8 @@ class Buckets:
             factor *= 2
         series = {}
         for name, cells in sorted(self.cells.items()):
-            merged = coarsen(cells, factor)
-            if merged:
-                series[name] = columns(merged)
+            if any(cell[N] for cell in cells.values()):  # a series of nulls only: none
+                series[name] = columns(coarsen(cells, factor))
         return {"width": self.width * factor, "series": series}
 
     def latest(self) -> dict[str, dict[str, Any]]:
@@ -171,6 +176,31 @@ class Buckets:
             if cell[STEP] == record["step"]:
                 record[key] = cell[LAST]
         return out
+
+    def split_records(self) -> dict[str, list[dict[str, Any]]]:
+        """Each split's cells as records in step order, the form the report reads: a record
+        per cell holding each series' last value (so a short run's records are its own),
+        and, for a cell of several points, `CELL` with each key's (count, min, step of the
+        min, max, step of the max, mean)."""
+        by_split: dict[str, dict[int, dict[str, Any]]] = {}
+        for name, cells in self.cells.items():
+            split, key = name.split("/", 1)
+            rows = by_split.setdefault(split, {})
+            for index, cell in cells.items():
+                record = rows.get(index)
+                if record is None:
+                    record = rows[index] = {"split": split, "step": int(cell[STEP])}
+                if cell[STEP] >= record["step"]:
+                    record["step"] = int(cell[STEP])
+                    if cell[TIME] is not None:
+                        record["time"] = cell[TIME]
+                record[key] = cell[LAST]
+                if cell[N] > 1 or (cell[N] == 1 and cell[LAST] is None):
+                    record.setdefault(CELL, {})[key] = (
+                        int(cell[N]), cell[MIN], int(cell[MIN_STEP]), cell[MAX],
+                        int(cell[MAX_STEP]), cell[SUM] / cell[N],
+                    )  # fmt: skip
+        return {split: [rows[i] for i in sorted(rows)] for split, rows in by_split.items()}
 
     # ------------------------------------------------------------------ sidecar
     def to_json(self, check: str) -> dict[str, Any]:
@@ -204,10 +234,10 @@ class Buckets:
         )
 
 
-def _merge(a: list[float], b: list[float]) -> list[float]:
+def _merge(a: list[Any], b: list[Any]) -> list[Any]:
     """Two cells of one series, `b` the later."""
-    low = a if a[MIN] <= b[MIN] else b
-    high = a if a[MAX] >= b[MAX] else b
+    low = a if b[MIN] is None or (a[MIN] is not None and a[MIN] <= b[MIN]) else b
+    high = a if b[MAX] is None or (a[MAX] is not None and a[MAX] >= b[MAX]) else b
     return [
         a[N] + b[N], low[MIN], high[MAX], b[LAST], b[STEP], b[TIME],
         low[MIN_STEP], high[MAX_STEP], a[SUM] + b[SUM],
@@ -462,7 +492,11 @@ def window(metrics: Path, low: int, high: int, max_points: int = MAX_BUCKETS) ->
                     raw = None
                     break
     if raw is not None:
-        series = {name: columns(cells) for name, cells in sorted(raw.items()) if cells}
+        series = {name: columns(cells) for name, cells in sorted(raw.items()) if _any(cells)}
         return {"width": 1, "origin": low, "raw": True, "series": series}
-    series = {name: columns(cells) for name, cells in sorted(part.cells.items()) if cells}
+    series = {name: columns(cells) for name, cells in sorted(part.cells.items()) if _any(cells)}
     return {"width": part.width, "origin": low, "raw": False, "series": series}
+
+
+def _any(cells: dict[int, list[Any]]) -> bool:
+    return any(cell[N] for cell in cells.values())
