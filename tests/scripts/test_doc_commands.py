@@ -662,3 +662,12 @@ def test_page_commands_run(page: str, tmp_path: Path, tiny_cifar, monkeypatch, c
             assert_prints_the_quotes(command, output)
     finally:
         runner.finish()
+
+
+def test_the_readme_launches_several_processes_with_trainforge_torchrun():
+    """Plain `torchrun` prints its OMP_NUM_THREADS banner into a normal run's output; the
+    README, a new user's first page, shows `trainforge-torchrun` (the same arguments, no
+    banner), as docs/distributed.md's first example does."""
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert "trainforge-torchrun --standalone --nproc-per-node 2 -m trainforge train" in text
+    assert not re.search(r"(?<![\w-])torchrun --standalone", text)
