@@ -112,7 +112,7 @@ def test_a_planned_stop_is_one_trainforge_line_not_torchruns_crash_report(tmp_pa
         assert (tmp_path / f"{rank}.log").read_text().splitlines()[-1] == "finished", out
     assert out.splitlines() == [
         f"trainforge: 2 training processes stopped on {name} (exit {128 + sig}) after saving "
-        "their checkpoint, as their lines above say"
+        "their checkpoints, as their lines above say"
     ], out
     assert proc.returncode == 128 + sig
 
@@ -126,3 +126,15 @@ def test_a_real_failure_still_shows_torchruns_report_without_a_traceback(tmp_pat
     assert "exitcode  : 3" in out and "rank      : 1" in out  # its failure table
     assert "Traceback" not in out and "trainforge:" not in out
     assert "Setting OMP_NUM_THREADS" not in out
+
+
+def test_the_stopped_line_is_worded_for_one_process_and_for_several():
+    from trainforge.launch.torchrun import stopped_line
+
+    assert stopped_line(1, "SIGUSR1", 138) == (
+        "trainforge: 1 training process stopped on SIGUSR1 (exit 138) after saving its "
+        "checkpoint, as its lines above say"
+    )
+    assert "2 training processes stopped on SIGINT (exit 130) after saving their " in (
+        stopped_line(2, "SIGINT", 130)
+    )

@@ -116,13 +116,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         show(held.records)
         print(failure.format_msg(), file=sys.stderr, flush=True)
         return 1
-    count = len(codes)
-    print(
-        f"trainforge: {count} training process{'es' if count != 1 else ''} stopped on "
-        f"{stopped} (exit {codes[0]}) after saving their checkpoint, as their lines above say",
-        flush=True,
-    )
+    print(stopped_line(len(codes), stopped, codes[0]), flush=True)
     return codes[0]
+
+
+def stopped_line(count: int, signal_name: str, code: int) -> str:
+    """The one line for processes that stopped on a handled signal, worded for one or many."""
+    if count == 1:
+        return (
+            f"trainforge: 1 training process stopped on {signal_name} (exit {code}) after "
+            "saving its checkpoint, as its lines above say"
+        )
+    return (
+        f"trainforge: {count} training processes stopped on {signal_name} (exit {code}) after "
+        "saving their checkpoints, as their lines above say"
+    )
 
 
 if __name__ == "__main__":
