@@ -73,6 +73,22 @@ def test_the_logger_keeps_the_sidecar_and_a_reader_folds_in_what_came_after(tmp_
     assert read.view() == rebuilt.view()  # the sidecar's way and the jsonl's agree
 
 
+def test_two_loggers_on_one_file_keep_buckets_that_match_the_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    main = JsonlLogger(path)
+    main.log("train", {"loss": 1.0}, 1, 0.1)
+    other = JsonlLogger(path)  # the closing test record, written by a logger of its own
+    other.log("test", {"loss": 0.5}, 1, 0.1)
+    other.close()
+    main.log("train", {"loss": 0.9}, 2, 0.2)
+    main.close()
+    fresh = series.Buckets()
+    series.catch_up(path, fresh)
+    assert main.buckets.offset == path.stat().st_size
+    assert series.load(path, save=False).view() == fresh.view()
+    assert fresh.view()["series"]["train/loss"]["n"] == [1, 1]
+
+
 def test_a_sidecar_is_never_trusted_over_a_replaced_jsonl(tmp_path):
     path = tmp_path / "metrics.jsonl"
     write_records(path, 3_000)

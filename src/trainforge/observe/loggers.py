@@ -66,6 +66,7 @@ class JsonlLogger:
         try:  # opened per record: no file held open for writing between records, so an
             # administrator's `mount -o remount,ro` of the disk is not refused as busy
             with self.path.open("a", encoding="utf-8") as fh:
+                start = fh.tell()  # the end of the file: append mode opens there
                 fh.write(line)
         except OSError as err:
             from trainforge.storage import storage_error
@@ -73,8 +74,11 @@ class JsonlLogger:
             raise storage_error(
                 "metrics", self.path, err, len(line), "then resume with --resume RUN"
             ) from None
-        self.buckets.add(record)
-        self.buckets.offset += len(line.encode("utf-8"))
+        if start == self.buckets.offset:
+            self.buckets.add(record)
+            self.buckets.offset += len(line.encode("utf-8"))
+        else:  # another writer appended (a closing test record): fold in its lines too
+            self._series.catch_up(self.path, self.buckets)
         self._unsaved += 1
         if self._unsaved >= self._series.SAVE_EVERY:
             self._save()
