@@ -193,32 +193,14 @@ def _resolve(
     recorded_env: Mapping[str, Any],
 ) -> ResolvedConfig:
     prof, reason = _pick_profile(label, profile, cli_layer, file_data, pick_auto_profile)
-    now_data, now_sources = _environment(env)
-    # A resume keeps the tracker variables the run started with (its W&B project, MLflow
-    # experiment): a shell without them must not move the run; one that sets them again wins.
-    env_data = copy.deepcopy(dict(recorded_env.get("values") or {}))
-    env_sources_given = {**(recorded_env.get("sources") or {}), **now_sources}  # recorded
-    _merge(env_data, now_data, "environment", {}, "")
-    env_sources = {
-        key: source if key in now_sources else f"{source} (at the run's start)"
-        for key, source in env_sources_given.items()
-    }
+    env_data, env_sources_given, env_sources = _environment_layer(env, recorded_env)
     layers: list[tuple[str, dict[str, Any]]] = [
         (f"profile {prof.name}", copy.deepcopy(prof.settings)),
         ("environment", env_data),
         (f"file {label}", file_data),
         ("flags", cli_layer),
     ]
-    merged: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for source, layer in layers:
-        _merge(merged, layer, source, sources, "")
-    for key, source in env_sources.items():
-        if sources.get(key) == "environment":
-            sources[key] = source
-    for key, source in cli_sources.items():
-        for leaf in [k for k in sources if k == key or k.startswith(key + ".")]:
-            sources[leaf] = source
+    merged, sources = _merged(layers, env_sources, cli_sources)
     merged["profile"] = prof.name
     if profile is not None:  # named now (--profile, or the run folder's record)
         sources["profile"] = "flag --profile"
@@ -254,6 +236,44 @@ def _resolve(
         salvaged = _salvage(merged, err)  # cross-field rules are judged on it in one pass
         raise ConfigError(lines, salvaged=salvaged and resolved(salvaged)) from None
     return resolved(config)
+
+
+def _merged(
+    layers: list[tuple[str, dict[str, Any]]],
+    env_sources: Mapping[str, str],
+    cli_sources: Mapping[str, str],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The layers merged in order, and each leaf's source: an environment variable and a
+    flag name themselves rather than their layer."""
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, layer in layers:
+        _merge(merged, layer, source, sources, "")
+    for key, source in env_sources.items():
+        if sources.get(key) == "environment":
+            sources[key] = source
+    for key, source in cli_sources.items():
+        for leaf in [k for k in sources if k == key or k.startswith(key + ".")]:
+            sources[leaf] = source
+    return merged, sources
+
+
+def _environment_layer(
+    env: Mapping[str, str] | None, recorded_env: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """The environment layer: (values, their sources as recorded, their sources as shown).
+
+    A resume keeps the tracker variables the run started with (its W&B project, MLflow
+    experiment): a shell without them must not move the run; one that sets them again wins."""
+    now_data, now_sources = _environment(env)
+    env_data = copy.deepcopy(dict(recorded_env.get("values") or {}))
+    given = {**(recorded_env.get("sources") or {}), **now_sources}
+    _merge(env_data, now_data, "environment", {}, "")
+    shown = {
+        key: source if key in now_sources else f"{source} (at the run's start)"
+        for key, source in given.items()
+    }
+    return env_data, given, shown
 
 
 def _pick_profile(
