@@ -11,11 +11,11 @@ fetch, for three plots.
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from trainforge.observe import series
 from trainforge.runfolder import RunFolder
 from trainforge.sweep.study import SweepFolder
 
@@ -25,26 +25,27 @@ W, H, PAD = 560, 260, 40
 
 
 def curves(run: RunFolder) -> dict[str, list[list[float]]]:
-    """{"train_loss", "val_loss", "val_<metric>"...: [[step, value], ...]} from metrics.jsonl;
-    a step logged again after a resume keeps its newest value."""
-    out: dict[str, dict[int, float]] = {}
+    """{"train_loss", "val_loss", "val_<metric>"...: [[step, value], ...]} from the run's
+    chart buckets (`observe.series`: the points themselves up to 2,000 steps, each bucket's
+    last value beyond), so a long trial costs what a short one does; a step logged again
+    after a resume keeps its newest value."""
+    if not run.metrics.is_file():
+        return {}
     try:
-        lines = run.metrics.read_text(encoding="utf-8").splitlines()
+        found = series.load(run.metrics).view(2 * series.MAX_BUCKETS)["series"]
     except OSError:
         return {}
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        split, step = record.get("split", "train"), record.get("step")
-        if split not in ("train", "val") or not isinstance(step, int):
-            continue
+    out = {}
+    for split in ("train", "val"):
         for key in ("loss", "accuracy", "perplexity", "per", "wer"):
-            value = record.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                out.setdefault(f"{split}_{key}", {})[step] = float(value)
-    return {name: [[s, v] for s, v in sorted(points.items())] for name, points in out.items()}
+            column = found.get(f"{split}/{key}")
+            if column:
+                out[f"{split}_{key}"] = [
+                    [step, value]
+                    for step, value in zip(column["step"], column["last"], strict=True)
+                    if value is not None
+                ]
+    return out
 
 
 def _scale(values: list[float], low: float, high: float) -> Any:
