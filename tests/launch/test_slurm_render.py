@@ -146,6 +146,9 @@ def test_cpu_job_has_no_gpus_uses_gloo_and_procs_per_node(monkeypatch, capsys):
     assert "--cpus-per-task=6" in lines  # 2 processes x (1 + 2 loader workers)
     assert "--job-name=cpu.run" in lines and "--time=1-00:00:00" in lines
     assert "--output=logs/slurm-%x-%j.out" in lines
+    assert (
+        "mkdir" not in out and "# Logs: logs/slurm-%x-%j.out (trainforge slurm created logs:" in out
+    )
     assert "--nproc-per-node 2 " in out
     assert "--set hardware.distributed_backend=gloo" in out
     # The user's --set comes after the Gloo default, so it would win.

@@ -201,8 +201,10 @@ def render_script(job: SlurmJob) -> str:
     header = [
         "#!/bin/bash",
         f"# trainforge: {job.config} on {_nodes(job)}, rendered by `trainforge slurm`.",
-        f"# Logs: {job.log_pattern} (the folder must exist before sbatch: mkdir -p "
-        f"{shlex.quote(job.output_dir)}).",
+        # `trainforge slurm` creates the log folder with or without --submit (Slurm opens
+        # the log before the script runs), so the script asks the user for nothing.
+        f"# Logs: {job.log_pattern} (trainforge slurm created {shlex.quote(job.output_dir)}:"
+        " Slurm opens the log there before the script runs).",
     ]
     if job.profile_note:
         header.append(f"# profile: {job.profile_note}")
