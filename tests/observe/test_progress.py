@@ -97,3 +97,42 @@ def test_formats():
     assert shown == "loss 0.5000  acc 25.00%  per 3.10%  wer 40.00%"
     assert format_metrics({"loss": 1.0}, "val ") == "val loss 1.0000"
     assert format_eta(3725.4) == "1:02:05" and format_eta(-3) == "0:00:00"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_eta_follows_the_recent_rate_and_an_hour_in_lines_show_elapsed_and_steps_per_hour():
+    """1,000 steps at 1 s, then 2,000 at 0.1 s, of a 4,000-step run: 1,000 steps are left at
+    0.1 s, so 100 s. The mean since the start (0.4 s a step) would say 400 s."""
+    from types import SimpleNamespace
+
+    clock = ManualClock()
+    display = ProgressDisplay(stream=io.StringIO(), interval_s=0.0, clock=clock)
+    state = SimpleNamespace(global_step=0, epoch=0)
+    config = SimpleNamespace(
+        logging=SimpleNamespace(progress_interval_s=0.0),
+        training=SimpleNamespace(per_device_train_batch_size=None),
+    )
+    loop = SimpleNamespace(state=state, config=config, total_steps=4_000, steps_per_epoch=4_000,
+                           current_lr=lambda: 1e-3)  # fmt: skip
+    display.on_fit_start(loop)
+    lines = []
+    for step in range(10, 3_001, 10):  # a line every 10 steps
+        clock.now += 10.0 if step <= 1_000 else 1.0
+        state.global_step = step
+        lines.append(display.line(loop, 1))
+    eta = re.search(r"ETA (\d+):(\d\d):(\d\d)", lines[-1]).groups()
+    assert int(eta[0]) * 3600 + int(eta[1]) * 60 + int(eta[2]) == 100, lines[-1]
+    assert "elapsed" not in lines[-1]  # 1,200 s in: not an hour yet
+    for step in range(3_010, 3_500, 10):  # slower again: 50 s for 10 steps, past the hour
+        clock.now += 50.0
+        state.global_step = step
+        lines.append(display.line(loop, 1))
+    assert re.search(r"elapsed 1:\d\d:\d\d  720 steps/h", lines[-1]), lines[-1]
+    assert "ETA 0:42:30" in lines[-1]  # 510 steps left at 5 s

@@ -11,7 +11,10 @@ and otherwise at least every `interval_s` seconds, so a long epoch is never sile
 measured. Nothing here touches the device: loss, accuracy and samples/s come from the logging
 points, where the loop synchronises anyway; step counts, steps/s and the ETA come from the
 display's own clock, and the learning rate from the optimizer, so the first line after a
-resume shows real figures. rich draws the terminal bar; tqdm was not used because rich is
+resume shows real figures. The ETA follows the recent rate (the steps of the last
+`RATE_WINDOW_S` seconds, as rich's bar estimates its speed over its last 30 s), not the mean
+since the start: a run that sped up or slowed down an hour in says so within minutes. After
+the first hour a line also shows the time elapsed and the steps an hour. rich draws the terminal bar; tqdm was not used because rich is
 already the CLI's console library.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
@@ -50,6 +54,10 @@ def format_metrics(metrics: dict[str, float], prefix: str = "") -> str:
         if key in metrics
     ]
     return "  ".join(parts)
+
+
+RATE_WINDOW_S = 120.0  # the ETA's rate: the steps of the last two minutes
+_HOUR_S = 3600.0
 
 
 def format_eta(seconds: float) -> str:
@@ -84,11 +92,13 @@ class ProgressDisplay(Callback):
         self._val_fresh = False
         self._start: tuple[float, int] = (0.0, 0)  # (time, step) when fit started
         self._last: tuple[float, int] = (0.0, 0)  # (time, step) of the previous line
+        self._recent: deque[tuple[float, int]] = deque()  # (time, step) of recent lines
         self._batch = 0
 
     def on_fit_start(self, loop: Loop) -> None:
         now, step = self.clock(), loop.state.global_step
         self._start = self._last = (now, step)
+        self._recent = deque([(now, step)])
         config = loop.config
         if self.interval_s is None:
             self.interval_s = getattr(config.logging, "progress_interval_s", 30.0)
@@ -169,15 +179,29 @@ class ProgressDisplay(Callback):
             parts.append(f"{steps_per_s:,.2f} steps/s")
         if "data_wait_share" in self.train:
             parts.append(f"data wait {self.train['data_wait_share']:.1%}")
-        run_s, run_steps = now - self._start[0], step - self._start[1]
-        if run_steps > 0 and run_s > 0 and step < total:
-            parts.append(f"ETA {format_eta((total - step) * run_s / run_steps)}")
+        per_step = self._recent_seconds_per_step(now, step)
+        if per_step is not None and step < total:
+            parts.append(f"ETA {format_eta((total - step) * per_step)}")
+        elapsed = now - self._start[0]
+        if elapsed >= _HOUR_S and per_step:
+            parts.append(f"elapsed {format_eta(elapsed)}  {_HOUR_S / per_step:,.0f} steps/h")
         text = "  ".join(p for p in parts if p)
         if self._val_fresh and self.val:
             text += "  | " + format_metrics(self.val, "val ")
         self._train_fresh = self._val_fresh = False
         self._last = (now, step)
         return text
+
+    def _recent_seconds_per_step(self, now: float, step: int) -> float | None:
+        """Seconds a step over the last RATE_WINDOW_S (at least since the previous line)."""
+        recent = self._recent
+        while recent and recent[-1][1] >= step:  # a line again at the same step
+            recent.pop()
+        recent.append((now, step))
+        while len(recent) > 2 and now - recent[1][0] >= RATE_WINDOW_S:
+            recent.popleft()
+        (then, first), steps = recent[0], step - recent[0][1]
+        return (now - then) / steps if steps > 0 and now > then else None
 
     def _steps_per_s(self, train: dict[str, float], now: float, step: int) -> float | None:
         if train.get("step_time_s"):
