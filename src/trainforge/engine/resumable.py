@@ -117,6 +117,7 @@ def checkpoint_meta(
         "best_metric": best.metric, "best_step": s.best_step,
         "best_epoch": s.best_epoch, "best_val_loss": best.best.best_loss,
         "best_val_step": s.best_step, "config_hash": config_hash,
+        "train_time_s": round(s.train_time_s, 3),  # the run's training time over its segments
         "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
         "versions": ckpt.library_versions(), "world_size": setup.world_size,
         "sharded": setup.sharded, "setup": setup.now(),

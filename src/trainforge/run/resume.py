@@ -374,6 +374,11 @@ def restore(
         f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']}), "
         f"{guarantee}{why}"
     )
+    trained = meta.get("train_time_s")  # a checkpoint of an older version has none
+    if isinstance(trained, int | float) and trained > 0:
+        from trainforge.observe.progress import format_eta
+
+        print(f"trained so far: {format_eta(trained)} over the run's earlier segments")
     return guarantee, reasons
 
 
