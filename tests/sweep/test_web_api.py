@@ -54,9 +54,12 @@ def test_compare_reads_runs_and_sweep_trials_and_refuses_the_rest(client, tmp_pa
     _run(tmp_path / "runs" / "sw" / "trial-000", [5, 10, 15])
     assert client.get("/api/compare/runs").json() == ["alone", "sw/trial-000"]
     curves = client.get("/api/compare/curves?run=alone&run=sw/trial-000").json()
-    assert curves["alone"]["val_loss"] == [[5, 0.4], [10, 0.2]]
-    assert curves["sw/trial-000"]["val_accuracy"] == [[5, 0.05], [10, 0.1], [15, 0.15]]
-    assert curves["alone"]["train_loss"] == [[10, 1.5]]
+    # Each curve is the chart's buckets; a short run's are its points (width 1, one each).
+    loss = curves["alone"]["val_loss"]
+    assert (loss["width"], loss["step"], loss["last"], loss["n"]) == (1, [5, 10], [0.4, 0.2], [1, 1])
+    assert loss["min"] == loss["max"] == loss["last"]
+    assert curves["sw/trial-000"]["val_accuracy"]["last"] == [0.05, 0.1, 0.15]
+    assert curves["alone"]["train_loss"]["step"] == [10]
     assert client.get("/api/compare/curves?run=../etc").status_code == 400
     assert client.get("/api/compare/curves?run=sw").status_code == 404
     page = client.get("/compare?run=alone")

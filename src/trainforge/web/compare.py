@@ -3,8 +3,9 @@ trials or not.
 
 Candidates are the run folders under the runs folder (`runs/NAME`) and one level below
 (`runs/SWEEP/trial-NNN`), each named by its path relative to the runs folder; a name that
-leaves the runs folder or is no run is refused. Curves come from each run's metrics.jsonl
-(`sweep.report.curves`).
+leaves the runs folder or is no run is refused. Curves are each run's chart buckets
+(`observe.series`: at most 1,000 min/max/last buckets a metric, from the sidecar beside
+metrics.jsonl), so comparing runs of 10^6 steps reads and sends no more than runs of 10^3.
 
 The page starts with runs picked, so it is never an empty grid: the two newest runs (by
 their run.json's time), or, from a sweep's page (`/compare?sweep=NAME`), that sweep's best
@@ -20,10 +21,26 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from trainforge.observe import series
 from trainforge.runfolder import RunFolder
 from trainforge.web.settings import is_plain_name
 
 router = APIRouter(prefix="/api")
+# The metrics a curve is drawn for, per split (train, val): the loss and the task's metric.
+CURVE_KEYS = ("loss", "accuracy", "perplexity", "per", "wer")
+_BUCKETS = series.Cache(size=32)  # caught up from its offset at each call
+
+
+def bucketed_curves(run: RunFolder) -> dict[str, dict[str, Any]]:
+    """{"train_loss", "val_loss", "val_<metric>"...: {"width", "step", "time", "min", "max",
+    "last", "n"}}: each curve as the chart's buckets (width: steps per bucket)."""
+    view = _BUCKETS.get(run.metrics).view()
+    out: dict[str, dict[str, Any]] = {}
+    for name, columns in view["series"].items():
+        split, key = name.split("/", 1)
+        if split in ("train", "val") and key in CURVE_KEYS:
+            out[f"{split}_{key}"] = {"width": view["width"], **columns}
+    return out
 
 
 def candidates(runs_path: Path) -> list[str]:
@@ -55,11 +72,10 @@ def compare_runs(request: Request) -> list[str]:
 
 @router.get("/compare/curves", responses={400: {}, 404: {}})
 def compare_curves(request: Request, run: list[str] = Query(default=[])) -> dict[str, Any]:
-    """{run name: {"train_loss", "val_loss", "val_accuracy", ...: [[step, value], ...]}}."""
-    from trainforge.sweep.report import curves
-
+    """{run name: {"train_loss", "val_loss", "val_accuracy", ...: the curve's buckets}}
+    (`bucketed_curves`)."""
     runs_path = request.app.state.trainforge.settings.runs_path
-    return {name: curves(_run(runs_path, name)) for name in run[:20]}
+    return {name: bucketed_curves(_run(runs_path, name)) for name in run[:20]}
 
 
 def newest(runs_path: Path, names: list[str], count: int = 2) -> list[str]:

@@ -98,9 +98,10 @@ def is_sweep(state: Any, name: str) -> bool:
 
 
 def sweep_view(state: Any, name: str) -> dict[str, Any]:
-    """A sweep's record, its trials (the status table's rows) and their validation curves."""
-    from trainforge.sweep.report import curves
+    """A sweep's record, its trials (the status table's rows) and their validation curves
+    (each as the chart's buckets, `compare.bucketed_curves`)."""
     from trainforge.sweep.summary import rows
+    from trainforge.web.compare import bucketed_curves
 
     folder = _sweep_folder(state, name)
     record = state.registry.get(name)
@@ -118,7 +119,7 @@ def sweep_view(state: Any, name: str) -> dict[str, Any]:
                                        "reason")},
          "params": r.params,
          "page": f"/runs/{name}/{r.trial}",
-         "curve": curves(RunFolder(folder.path / r.trial)).get(f"val_{metric}", [])}
+         "curve": bucketed_curves(RunFolder(folder.path / r.trial)).get(f"val_{metric}")}
         for r in found
     ]  # fmt: skip
     return {

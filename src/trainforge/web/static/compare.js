@@ -1,5 +1,6 @@
 // Compare runs: the selected runs' curves overlaid, one colour per run, named in a legend by
-// their display names. The server picks the first runs (the two newest, a sweep's best
+// their display names. Each curve comes as the chart's buckets (at most 1,000 of min, max and
+// last a run, whatever its length: /api/compare/curves). The server picks the first runs (the two newest, a sweep's best
 // trials, or `?run=A&run=B`); the checkboxes change the pick.
 "use strict";
 
@@ -35,12 +36,12 @@
     const data = response && response.ok ? await response.json() : {};
     for (const [id, keys] of Object.entries(KEYS)) {
       const chart = charts[id];
-      chart.series = chosen.map((b, i) => ({
-        name: b.dataset.label || b.value, color: COLORS[i % COLORS.length], points: [] }));
+      chart.series = chosen.map((b, i) => chart._empty({
+        name: b.dataset.label || b.value, color: COLORS[i % COLORS.length] }));
       chosen.forEach((b) => {
         const curves = data[b.value] || {};
-        const key = keys.find((k) => curves[k] && curves[k].length);
-        for (const [x, y] of (key ? curves[key] : [])) chart.add(b.dataset.label || b.value, x, y);
+        const key = keys.find((k) => curves[k] && curves[k].step && curves[k].step.length);
+        if (key) chart.setBuckets(b.dataset.label || b.value, curves[key], curves[key].width);
       });
       chart.draw();
     }

@@ -1,4 +1,7 @@
-// The run page: live progress from the server-sent event stream, Stop and Resume.
+// The run page: the run's charts as the server's buckets (/series: at most 1,000 min/max/last
+// buckets a series, whatever the run's length) and its tiles from the newest record per
+// split, then live progress from the server-sent event stream after that offset; Stop and
+// Resume. A drag-zoom on a chart asks /series for that step window (raw points when few).
 // Telemetry records become the System charts (telemetry.js) and the "All readings" table;
 // the task's other numbers (tokens/s, perplexity, model TFLOPS, ...) go beside the training
 // stats. MFU is shown as a percentage, the header carries an ETA while the run trains, and a
@@ -9,13 +12,34 @@
   const $ = (id) => document.getElementById(id);
   let run = JSON.parse($("run-data").textContent);
   const smoothing = Number($("smoothing").value);
+  // The chart and series name of a server series ("train/loss", "val/accuracy", "train/lr").
+  const CHARTED = { loss: "loss", accuracy: "accuracy", lr: "lr" };
+  function charted(name) {
+    const [split, key] = name.split("/", 2);
+    if (!CHARTED[key] || (split !== "train" && split !== "val")) return null;
+    if (key === "lr") return split === "train" ? ["lr", "lr"] : null;
+    return [key, split];
+  }
+  // A zoomed chart's window, finer, from the server: only the series that chart draws.
+  const windowOf = (chartName) => async (lo, hi) => {
+    const { ok, data } = await TF.api("GET", `${run.api}/series?lo=${lo}&hi=${hi}`);
+    if (!ok) return null;
+    const series = {};
+    for (const [name, cols] of Object.entries(data.series || {})) {
+      const to = charted(name);
+      if (to && to[0] === chartName) series[to[1]] = cols;
+    }
+    return { raw: data.raw, width: data.width, origin: data.origin || 0, series };
+  };
   const charts = {
     loss: new LineChart($("chart-loss"), [
-      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }], { smoothing }),
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }],
+      { smoothing, fetchWindow: windowOf("loss") }),
     accuracy: new LineChart($("chart-accuracy"), [
-      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }], { smoothing }),
+      { name: "train", color: "#1f77b4" }, { name: "val", color: "#d62728" }],
+      { smoothing, fetchWindow: windowOf("accuracy") }),
     lr: new LineChart($("chart-lr"), [{ name: "lr", color: "#2ca02c" }],
-      { format: (v) => v.toExponential(1) }),
+      { format: (v) => v.toExponential(1), fetchWindow: windowOf("lr") }),
   };
   const system = new TelemetryCharts($("system-charts"));
   const KNOWN = new Set(["time", "split", "step", "epoch", "loss", "accuracy", "lr",
@@ -62,6 +86,46 @@
     eta.hidden = false;
   }
 
+  // The tiles, readings and other metrics of one record; true when it held readings.
+  function showRecord(r) {
+    let sawReadings = false;
+    const split = r.split || "train";
+    if (split === "train") {
+      $("s-lr").textContent = fmt(r.lr, 3);
+      $("s-samples").textContent = fmt(r.samples_per_s, 4);
+      $("s-wait").textContent = r.data_wait_share == null ? "" : `${(r.data_wait_share * 100).toFixed(1)} %`;
+      // The buckets' newest record carries no epoch (not a series): the page's own stays.
+      if (r.epoch != null) $("s-epoch").textContent = fmt(r.epoch, 4);
+      if (r.mfu != null) $("s-mfu").textContent = percent(r.mfu);
+      updateEta(r);
+    }
+    if (split === "val") showValidation(r);
+    if (r.step != null) $("s-step").textContent = r.step;
+    for (const [key, value] of Object.entries(r)) {
+      if (typeof value !== "number") continue;
+      if (split === "telemetry" && !RECORD_KEYS.has(key)) {
+        readings[key] = value;
+        sawReadings = true;
+      } else if ((split === "train" || split === "val") && !KNOWN.has(key)) {
+        more[split === "val" ? `val ${key}` : key] = value;
+      }
+    }
+    return sawReadings;
+  }
+
+  // The val accuracy tile says "no validation yet" until a validation ran; a task whose
+  // validation measures no accuracy (a language model's perplexity) hides it.
+  function showValidation(r) {
+    const tile = $("s-val");
+    if (r.accuracy != null) {
+      tile.textContent = `${(r.accuracy * 100).toFixed(2)} %`;
+      tile.classList.remove("muted");
+      tile.parentElement.hidden = false;
+    } else if (tile.classList.contains("muted")) {
+      tile.parentElement.hidden = true;
+    }
+  }
+
   function addRecords(records) {
     let sawReadings = false;
     for (const r of records) {
@@ -70,30 +134,14 @@
         charts.loss.add(split, r.step, r.loss);
         charts.accuracy.add(split, r.step, r.accuracy);
       }
-      if (split === "train") {
-        charts.lr.add("lr", r.step, r.lr);
-        $("s-lr").textContent = fmt(r.lr, 3);
-        $("s-samples").textContent = fmt(r.samples_per_s, 4);
-        $("s-wait").textContent = r.data_wait_share == null ? "" : `${(r.data_wait_share * 100).toFixed(1)} %`;
-        $("s-epoch").textContent = fmt(r.epoch, 4);
-        if (r.mfu != null) $("s-mfu").textContent = percent(r.mfu);
-        updateEta(r);
-      }
+      if (split === "train") charts.lr.add("lr", r.step, r.lr);
       if (split === "telemetry") system.add(r);
-      if (split === "val" && r.accuracy != null) {
-        $("s-val").textContent = `${(r.accuracy * 100).toFixed(2)} %`;
-      }
-      if (r.step != null) $("s-step").textContent = r.step;
-      for (const [key, value] of Object.entries(r)) {
-        if (typeof value !== "number") continue;
-        if (split === "telemetry" && !RECORD_KEYS.has(key)) {
-          readings[key] = value;
-          sawReadings = true;
-        } else if ((split === "train" || split === "val") && !KNOWN.has(key)) {
-          more[split === "val" ? `val ${key}` : key] = value;
-        }
-      }
+      if (showRecord(r)) sawReadings = true;
     }
+    showRecords(sawReadings);
+  }
+
+  function showRecords(sawReadings) {
     if (sawReadings) {
       TF.renderReadings($("telemetry"), readings);
       if (!readingsSeen) $("all-readings").open = false;  // the charts say it now
@@ -236,9 +284,33 @@
     connect();
   });
 
+  // The first load: the whole run as buckets and the newest record per split, then the
+  // live records after the offset those cover. Without /series (an older server), the event
+  // stream sends every record from the start.
+  async function load() {
+    const { ok, data } = await TF.api("GET", `${run.api}/series`);
+    if (ok && data && data.series) {
+      const telemetry = {};
+      for (const [name, cols] of Object.entries(data.series)) {
+        const to = charted(name);
+        if (to) charts[to[0]].setBuckets(to[1], cols, data.width, data.origin || 0);
+        if (name.startsWith("telemetry/")) telemetry[name.slice("telemetry/".length)] = cols;
+      }
+      const latest = data.latest || {};
+      system.setBuckets(telemetry, data.width, data.origin || 0, Object.keys(latest.telemetry || {}));
+      let sawReadings = false;
+      for (const split of Object.keys(latest).sort((a, b) => (latest[a].step || 0) - (latest[b].step || 0))) {
+        if (showRecord({ split, ...latest[split] })) sawReadings = true;
+      }
+      showRecords(sawReadings);
+      offset = data.offset || 0;
+    }
+    connect();
+  }
+
   $("stop-button").disabled = false;
   $("resume-button").disabled = false;
   Object.values(charts).forEach((c) => c.draw());
   showStatus(run);
-  connect();
+  load();
 })();

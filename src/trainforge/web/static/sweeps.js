@@ -1,6 +1,6 @@
 // The Sweeps page: start a sweep (queued like a run), list the sweeps, and for the one picked
 // (/sweeps/NAME) its trials, each linked to its run page, and their validation curves
-// overlaid, refreshed every two seconds.
+// overlaid (each trial's curve as the chart's buckets), refreshed every two seconds.
 "use strict";
 
 (() => {
@@ -74,7 +74,7 @@
     }
     const chart = new LineChart($("sweep-curves"),
       s.trials.map((t, i) => ({ name: t.trial, color: COLORS[i % COLORS.length] })));
-    for (const t of s.trials) for (const [x, y] of t.curve) chart.add(t.trial, x, y);
+    for (const t of s.trials) if (t.curve) chart.setBuckets(t.trial, t.curve, t.curve.width);
     chart.draw();
   }
 

@@ -3,7 +3,9 @@
 // power_vdd_in_mw, ...) grouped into labelled series on four charts: utilisation (%),
 // memory (GiB), temperature (°C) and power (W). A chart appears once the platform gives one
 // of its readings, so a CPU-only machine shows no GPU, temperature or power chart. The run
-// page feeds it the run's telemetry records; the System page, its live samples.
+// page feeds it the run's telemetry buckets (the server's /series answer: min/max/last per
+// bucket of steps, drawn at the time of each bucket's last sample) and then its live records;
+// the System page, its live samples (each its own bucket until there are 1,000 of them).
 "use strict";
 
 const TELEMETRY_GROUPS = {
@@ -39,19 +41,46 @@ class TelemetryCharts {
     this.totals = {};
   }
 
-  // One sample: {time (s since the epoch), key: value, ...}; x is seconds since the first.
+  _x(time) { return Math.round((time - this.start) * 10) / 10; }
+
+  // One sample: {time (s since the epoch), step (a run's), key: value, ...}; x is seconds
+  // since the first sample. A run's sample merges into its step's bucket; a sample without a
+  // step (the System page's) takes the next place on the grid.
   add(sample) {
     if (typeof sample.time !== "number") return;
     if (this.start === null) this.start = sample.time;
-    const x = Math.round((sample.time - this.start) * 10) / 10;
-    for (const [key, value] of Object.entries(sample)) {
+    this.samples = (this.samples || 0) + 1;
+    const x = this._x(sample.time);
+    const key = typeof sample.step === "number" ? sample.step : this.samples;
+    for (const [name, value] of Object.entries(sample)) {
       if (typeof value !== "number") continue;
-      const total = key.match(/^(ram|gpu\d+_mem)_total_mib$/);
+      const total = name.match(/^(ram|gpu\d+_mem)_total_mib$/);
       if (total) this.totals[total[1]] = value / 1024;
-      const found = telemetrySeries(key);
+      const found = telemetrySeries(name);
       if (!found) continue;
       const [group, label, factor] = found;
-      this._chart(group).add(label, x, value * factor);
+      this._chart(group).add(label, x, value * factor, key);
+    }
+  }
+
+  // A run's telemetry from the server: {reading: columns} with the grid's width and origin;
+  // `order` lists the readings as the run's records do (a chart's series keep that order).
+  setBuckets(series, width, origin, order = []) {
+    const rank = (name) => (order.includes(name) ? order.indexOf(name) : order.length);
+    series = Object.fromEntries(Object.entries(series).sort(([a], [b]) => rank(a) - rank(b)));
+    const times = Object.values(series).map((c) => c.time.find((t) => typeof t === "number"))
+      .filter((t) => t != null);
+    if (!times.length) return;
+    if (this.start === null) this.start = Math.min(...times);
+    for (const [name, cols] of Object.entries(series)) {
+      const total = name.match(/^(ram|gpu\d+_mem)_total_mib$/);
+      const lastValue = cols.last[cols.last.length - 1];
+      if (total && lastValue != null) this.totals[total[1]] = lastValue / 1024;
+      const found = telemetrySeries(name);
+      if (!found) continue;
+      const [group, label, factor] = found;
+      const xs = cols.time.map((t) => (typeof t === "number" ? this._x(t) : null));
+      this._chart(group).setBuckets(label, cols, width, origin, xs, factor);
     }
   }
 
