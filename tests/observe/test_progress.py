@@ -136,3 +136,16 @@ def test_the_eta_follows_the_recent_rate_and_an_hour_in_lines_show_elapsed_and_s
         lines.append(display.line(loop, 1))
     assert re.search(r"elapsed 1:\d\d:\d\d  720 steps/h", lines[-1]), lines[-1]
     assert "ETA 0:42:30" in lines[-1]  # 510 steps left at 5 s
+
+
+def test_an_epochs_validation_after_its_last_line_adds_only_its_figures(tmp_path):
+    stream = io.StringIO()
+    progress = ProgressDisplay(stream=stream, interval_s=1e9, clock=FakeClock(0.1))
+    cfg = make_config(**{"training.max_steps": 20, "training.per_device_train_batch_size": 16})
+    callbacks = [EvalCadence(None, 1), MetricsCallback([], 10, listeners=[progress]), progress]
+    Trainer(make_task(n=160), cfg, run_dir=tmp_path, device=CPU, callbacks=callbacks).fit()
+    lines = stream.getvalue().splitlines()
+    at_ten = [ln for ln in lines if step_of(ln) == 10]
+    assert len(at_ten) == 2, lines
+    assert "samples/s" in at_ten[0] and "| val" not in at_ten[0]
+    assert re.fullmatch(r"epoch 1/2  step 10/20  \| val loss [\d.]+  val acc [\d.]+%", at_ten[1])

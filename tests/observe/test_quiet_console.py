@@ -30,6 +30,7 @@ ALLOWED = [
     r"learning rate: .+ \(linear scaling; .+\)",
     r"schedule: warmup of .+ does not fit the \d+-step run; shortened to \d+ \(a tenth .+\)",
     r"epoch \d+/\d+  step \d+/\d+  .*lr \d\.\d\de[+-]\d\d.*",
+    r"epoch \d+/\d+  step \d+/\d+  \| val .+",
     r"creating base model .+: random \w+ \w+, tokenizer trained on .+",
     r"(train|val|test): \d+ records -> \d+ examples, .+",
     r"model: .+ \([\d,]+ parameters, [\d,]+ trained\)",

@@ -169,8 +169,13 @@ class ProgressDisplay(Callback):
         now, step = self.clock(), loop.state.global_step
         total, train = loop.total_steps, self.train if self._train_fresh else {}
         epochs = math.ceil(total / loop.steps_per_epoch)
-        parts = [f"epoch {min(epoch, epochs)}/{epochs}",
-                 f"step {step}/{total}", format_metrics(self.train), self._lr(loop)]  # fmt: skip
+        head = f"epoch {min(epoch, epochs)}/{epochs}  step {step}/{total}"
+        if step == self._last[1] != self._start[1] and self._val_fresh and not train:
+            # The epoch's validation after its last step's line: the figures it adds, not
+            # that line again.
+            self._val_fresh = False
+            return f"{head}  | " + format_metrics(self.val, "val ")
+        parts = [head, format_metrics(self.train), self._lr(loop)]
         steps_per_s = self._steps_per_s(train, now, step)
         samples_per_s = train.get("samples_per_s") or (steps_per_s or 0.0) * self._batch
         if samples_per_s:
