@@ -112,3 +112,22 @@ def test_setup_changes_name_each_reason_and_whether_the_run_moves():
     reasons, moved = setup_changes(saved, dict(saved, world_size=2, micro_batch=32))
     assert moved and reasons[0] == "world size 1 -> 2: sums reduce in another order"
     assert setup_changes(None, saved) == ([], False)  # a checkpoint of an earlier version
+
+
+def test_a_resume_says_what_changed_once_and_its_checkpoint_relative(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the default relative runs/ folder, as a user has it
+
+    def run(*extra: str) -> str:
+        code, out, err = run_in_process(
+            monkeypatch, capsys, "train", *DIGITS_TINY, *LOGGED, "--set", "output.dir=runs",
+            "--set", "output.run_name=said", *extra,
+        )  # fmt: skip
+        assert code == 0, out[-2000:] + err[-2000:]
+        return out
+
+    run("--max_steps", "4")
+    out = run("--max_steps", "6", "--resume", "runs/said")
+    changed = [line for line in out.splitlines() if "max_steps" in line and "resum" in line]
+    assert changed == ["resuming with a changed config (1): training.max_steps: 4 -> 6"], out
+    assert "resumed from runs/said/checkpoints/checkpoint-4 (epoch 0, step 4)" in out, out
+    assert "checkpoints: runs/said/checkpoints" in out

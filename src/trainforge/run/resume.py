@@ -66,9 +66,8 @@ def resolve_run(args, platform, world_size: int, **check: object):
             profile = profile or record.get("profile")
             from trainforge.models.hub import resume_pin
 
-            if pin := resume_pin(record, flags):  # the same base weights (issue 59)
+            if pin := resume_pin(record, flags):  # the same base weights as the run began
                 flags["model.model_name_or_path"] = pin
-            _print_changes(folder, args)
             folder, resume = _enter_recorded_start(record, folder, checkpoint)
         elif config_path is None:
             raise UserError(
@@ -181,12 +180,6 @@ def enter_start_dir(folder: RunFolder, record: dict | None = None) -> bool:
     if os.environ.get("RANK", "0") == "0":
         print(f"working in {started}, where the run started (its relative paths mean that)")
     return True
-
-
-def _print_changes(folder: RunFolder, args: Any) -> None:
-    given = [f"{k} = {v!r}" for k, v in args.flags.items()] + list(args.overrides)
-    if given and os.environ.get("RANK", "0") == "0":
-        print(f"resuming {folder.path} with changed values: " + "; ".join(given))
 
 
 # ------------------------------------------------------------------ the resume point
@@ -348,7 +341,7 @@ def record_run(
         record["init_from"] = init_from
     from trainforge.models.hub import run_record
 
-    m = resolved.config.model  # a base model by id: the commit it resolved to (issue 59)
+    m = resolved.config.model  # a base model by id: the commit it resolved to
     if base := earlier.get("base_model") or run_record(
         m.model_name_or_path, resolved.config.output.models_dir
     ):
@@ -367,11 +360,11 @@ def restore(
     saved = ckpt.config_file(start_from).read_text(encoding="utf-8")
     changes = config_changes(saved, config)
     meta, (guarantee, reasons) = load(start_from)
-    if changes:
+    if changes:  # the one line of what changed: the checkpoint's value, then the new one
         print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
     why = f": {'; '.join(reasons)}" if reasons else " (bitwise: the same setup)"
     print(
-        f"resumed from {start_from} (epoch {meta['epoch']}, step {meta['global_step']}), "
+        f"resumed from {_shown(start_from)} (epoch {meta['epoch']}, step {meta['global_step']}), "
         f"{guarantee}{why}"
     )
     trained = meta.get("train_time_s")  # a checkpoint of an older version has none
@@ -380,6 +373,15 @@ def restore(
 
         print(f"trained so far: {format_eta(trained)} over the run's earlier segments")
     return guarantee, reasons
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory when it is inside it, as the other start
+    lines say their paths."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)
 
 
 def requeue_slurm_job() -> None:
