@@ -88,7 +88,9 @@ def test_resume_auto_continues_from_newest_checkpoint(tmp_path):
     resumed = run_main("train", "--resume", str(run), "--max_epochs", "3")
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout and "step 46" in resumed.stdout
-    assert "changed values: training.num_train_epochs = 3" in resumed.stdout
+    assert "resuming with a changed config (1): training.num_train_epochs: 2.0 -> 3.0\n" in (
+        resumed.stdout
+    )
     summary = json.loads((tmp_path / "vit_digits" / "summary.json").read_text())
     assert summary["global_step"] == 3 * 23
 
