@@ -56,7 +56,8 @@ def test_compare_reads_runs_and_sweep_trials_and_refuses_the_rest(client, tmp_pa
     curves = client.get("/api/compare/curves?run=alone&run=sw/trial-000").json()
     # Each curve is the chart's buckets; a short run's are its points (width 1, one each).
     loss = curves["alone"]["val_loss"]
-    assert (loss["width"], loss["step"], loss["last"], loss["n"]) == (1, [5, 10], [0.4, 0.2], [1, 1])
+    got = (loss["width"], loss["step"], loss["last"], loss["n"])
+    assert got == (1, [5, 10], [0.4, 0.2], [1, 1])
     assert loss["min"] == loss["max"] == loss["last"]
     assert curves["sw/trial-000"]["val_accuracy"]["last"] == [0.05, 0.1, 0.15]
     assert curves["alone"]["train_loss"]["step"] == [10]

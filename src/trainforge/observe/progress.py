@@ -14,8 +14,8 @@ display's own clock, and the learning rate from the optimizer, so the first line
 resume shows real figures. The ETA follows the recent rate (the steps of the last
 `RATE_WINDOW_S` seconds, as rich's bar estimates its speed over its last 30 s), not the mean
 since the start: a run that sped up or slowed down an hour in says so within minutes. After
-the first hour a line also shows the time elapsed and the steps an hour. rich draws the terminal bar; tqdm was not used because rich is
-already the CLI's console library.
+the first hour a line also shows the time elapsed and the steps an hour. rich draws the
+terminal bar; tqdm was not used because rich is already the CLI's console library.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ class ProgressDisplay(Callback):
         recent.append((now, step))
         while len(recent) > 2 and now - recent[1][0] >= RATE_WINDOW_S:
             recent.popleft()
-        (then, first), steps = recent[0], step - recent[0][1]
+        then, steps = recent[0][0], step - recent[0][1]
         return (now - then) / steps if steps > 0 and now > then else None
 
     def _steps_per_s(self, train: dict[str, float], now: float, step: int) -> float | None:
