@@ -234,10 +234,16 @@ def _print_summary(summary) -> None:
         return
     folder = RunFolder(summary.run_dir)
     metrics = summary.final_metrics
-    print(
-        f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
-        f"in {summary.train_time_s:.1f} s of training"
-    )
+    done = f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
+    if summary.start_step:  # a resumed run: its totals, and what this segment did of them
+        segment = summary.global_step - summary.start_step
+        done += (
+            f"in {summary.train_time_s:.1f} s of training in all; this segment "
+            f"{_count(segment, 'step')} in {summary.train_time_s - summary.start_time_s:.1f} s"
+        )
+    else:
+        done += f"in {summary.train_time_s:.1f} s of training"
+    print(done)
     if "accuracy" in metrics:
         print(f"validation accuracy {metrics['accuracy'] * 100:.2f}%  loss {metrics['loss']:.4f}")
     for label, path in (

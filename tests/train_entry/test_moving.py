@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import shutil
 
 import pytest
@@ -131,3 +132,6 @@ def test_a_resume_says_what_changed_once_and_its_checkpoint_relative(monkeypatch
     assert changed == ["resuming with a changed config (1): training.max_steps: 4 -> 6"], out
     assert "resumed from runs/said/checkpoints/checkpoint-4 (epoch 0, step 4)" in out, out
     assert "checkpoints: runs/said/checkpoints" in out
+    done = re.search(r"done: finished after 6 steps in ([\d.]+) s of training in all; "
+                     r"this segment 2 steps in ([\d.]+) s\n", out)  # fmt: skip
+    assert done and float(done[2]) <= float(done[1]), out

@@ -32,6 +32,10 @@ class Outcome:
     diverged: bool = False
     last_checkpoint: Path | None = None
     last_checkpoint_step: int | None = None
+    # Where this fit began (a resume's step and training time): the closing line tells the
+    # run's totals from this segment's share.
+    start_step: int = 0
+    start_time_s: float = 0.0
 
 
 class Loop(Protocol):

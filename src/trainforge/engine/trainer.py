@@ -143,6 +143,8 @@ class Trainer:
 
     def _fit(self) -> FitResult:
         self.restart_clock()
+        self.outcome.start_step = self.state.global_step
+        self.outcome.start_time_s = self.state.train_time_s
         stop.clear()  # a request left by an earlier fit in this process is not this run's
         p = self.precision  # decided at fit start: a test may give a CPU run a scaler
         self._plain_backward = self._mean_backward and p.name == "fp32" and p.scaler is None

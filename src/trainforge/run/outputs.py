@@ -44,6 +44,8 @@ class RunSummary:
     signal: str | None = None
     checkpoint: Path | None = None
     final_stop: str | None = None  # a signal during the closing evaluation (model saved)
+    start_step: int = 0  # where this segment began: 0 for a fresh run
+    start_time_s: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -132,6 +134,8 @@ def finish(
         train_time_s=result.state.train_time_s,
         signal=loop.outcome.signal,
         checkpoint=loop.outcome.last_checkpoint,
+        start_step=loop.outcome.start_step,
+        start_time_s=loop.outcome.start_time_s,
     )
     if not parallel.context().is_main:
         return summary
