@@ -96,7 +96,7 @@ def test_a_finished_run_extended_trains_step_n_plus_1_first(tmp_path, monkeypatc
         monkeypatch, capsys, "train", "--resume", str(run.path), "--max_steps", "15"
     )
     assert code == 0, err
-    assert "changed values: training.max_steps = 15" in out
+    assert "resuming with a changed config (1): training.max_steps: 12 -> 15" in out
     assert "(epoch 0, step 12)" in out and "done: finished after 15 steps" in out
     assert steps(run.path) == list(range(1, 16))  # 13 is the first step trained again
     assert ckpt.verify(run.checkpoints / "checkpoint-15") is None
