@@ -138,10 +138,15 @@ class RssSampler:
 
 def growth(samples: list[tuple[float, int]], start: float, end: float) -> tuple[float, int, int]:
     """(highest reading in [start, end] over the first reading at or after start, minus 1;
-    that first reading; the highest), readings in bytes."""
+    that first reading; the highest), readings in bytes. A window shorter than the sampling
+    interval (a small run on a busy machine) takes the readings just around it."""
     span = [rss for t, rss in samples if start <= t <= end]
     if not span:
-        raise RuntimeError(f"no RSS reading between {start:.1f} and {end:.1f}")
+        before = [rss for t, rss in samples if t < start][-1:]
+        after = [rss for t, rss in samples if t > end][:1]
+        span = before + after
+    if not span:
+        raise RuntimeError(f"no RSS reading around {start:.1f} to {end:.1f}")
     return max(span) / span[0] - 1, span[0], max(span)
 
 
