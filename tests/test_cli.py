@@ -256,7 +256,7 @@ def test_resume_from_an_explicit_path_in_every_spelling(tmp_path, monkeypatch, c
     code, out, err = train(6, "--resume", str(run_dir))  # run folder: newest good one
     assert code == 0, err
     assert f"resumed from {root / 'checkpoint-4'} (epoch 0, step 4), exact (bitwise" in out
-    assert re.search(r"\ntrained so far: 0:00:\d\d over the run's earlier segments\n", out)
+    assert re.search(r"exact \(bitwise: the same setup\); 0:00:\d\d trained so far\n", out)
     assert json.loads((run_dir / "summary.json").read_text())["global_step"] == 6
     # Resuming at the end step trains nothing more: these only show which checkpoint loads.
     code, out, err = train(2, "--resume_from", str(root / "checkpoint-2"))  # checkpoint folder

@@ -363,15 +363,16 @@ def restore(
     if changes:  # the one line of what changed: the checkpoint's value, then the new one
         print(f"resuming with a changed config ({len(changes)}): " + "; ".join(changes))
     why = f": {'; '.join(reasons)}" if reasons else " (bitwise: the same setup)"
-    print(
-        f"resumed from {_shown(start_from)} (epoch {meta['epoch']}, step {meta['global_step']}), "
-        f"{guarantee}{why}"
-    )
     trained = meta.get("train_time_s")  # a checkpoint of an older version has none
+    so_far = ""
     if isinstance(trained, int | float) and trained > 0:
         from trainforge.observe.progress import format_eta
 
-        print(f"trained so far: {format_eta(trained)} over the run's earlier segments")
+        so_far = f"; {format_eta(trained)} trained so far"  # over the earlier segments
+    print(
+        f"resumed from {_shown(start_from)} (epoch {meta['epoch']}, step {meta['global_step']}), "
+        f"{guarantee}{why}{so_far}"
+    )
     return guarantee, reasons
 
 
