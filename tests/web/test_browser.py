@@ -228,8 +228,12 @@ def test_jetson_flow_in_a_real_browser(server, jetson_project):
 
         page.get_by_role("button", name="Resume").click()
         expect(page.locator("#run-status")).to_have_text("running")
-        page.wait_for_function(LOG_SHOWS, arg="resumed from", timeout=120_000)
+        # The resume line may scroll past between two refreshes of a fast run: the pane
+        # keeps it to scroll back to, and follows the newest lines to the run's last.
+        expect(page.locator("#run-log")).to_contain_text("resumed from", timeout=120_000)
         expect(page.locator("#run-status")).to_have_text("completed", timeout=240_000)
+        page.wait_for_function(LOG_SHOWS, arg="metrics:     runs/jetson-tuned/metrics.jsonl")
+        expect(page.locator("#run-log")).to_contain_text("SIGINT: checkpoint saved to")
         assert int(chart.get_attribute("data-points")) > stopped_points
         assert_shown(page, expect, run_dir)
         assert_metrics_not_telemetry(page, expect)

@@ -231,9 +231,11 @@
   }
 
   // The Output pane follows the newest lines (the stop message, the resume line) unless
-  // the reader has scrolled up to read earlier ones.
+  // the reader has scrolled up to read earlier ones. It holds the last 500 lines, so a
+  // line that scrolled past between two refreshes (a resume's header on a fast run) can
+  // still be scrolled back to; the server keeps the log's last 64 KiB in memory.
   async function refreshLog() {
-    const { ok, data } = await TF.api("GET", `${run.api}/log?lines=30`);
+    const { ok, data } = await TF.api("GET", `${run.api}/log?lines=500`);
     if (!ok) return;
     const log = $("run-log");
     const following = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
