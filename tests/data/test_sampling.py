@@ -106,6 +106,21 @@ def test_start_at_a_step_continues_the_same_samples_on_another_split():
     assert all(len(list(sampler)) == 10 for sampler in moved)  # then whole epochs again
 
 
+def test_a_stop_at_an_epochs_end_moved_to_another_split_starts_the_next_epoch():
+    """A checkpoint taken after an epoch's short last step (1,437 samples, steps of 64: 23
+    steps, the last of 29), resumed on another split: nothing of that epoch is trained
+    again, and the next epoch starts at its first step."""
+    assert StepLayout(1437, 64).steps_per_epoch == 23
+    for world in (1, 2, 3):
+        moved = [StepBatchSampler(1437, 5, 64 // world + 1, 1, rank, world, step_batch=64)
+                 for rank in range(world)]  # fmt: skip
+        for sampler in moved:
+            sampler.start_at(8, 23)  # every step of epoch 8 done
+            assert list(sampler) == []
+        first = sorted(i for sampler in moved for i in next(iter(sampler)))
+        assert first == sorted(epoch_permutation(1437, 5, 9)[:64])
+
+
 def test_a_samples_bits_depend_on_seed_epoch_and_index_only():
     indices = np.arange(10)
     bits = sample_keys(7, np.zeros(10, dtype=np.int64), indices)

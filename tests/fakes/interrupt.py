@@ -25,3 +25,27 @@ def interrupt_script(folder: Path) -> Path:
     script = folder / "interrupt_at.py"
     script.write_text(INTERRUPT_AT)
     return script
+
+
+HOLD_AT = """
+import os, runpy, sys, time
+from trainforge.engine.callbacks import GracefulStop
+hold_at, original = int(os.environ["HOLD_AT_STEP"]), GracefulStop.on_batch_end
+def on_batch_end(self, trainer):
+    if trainer.state.global_step == hold_at and os.environ.get("WORLD_SIZE") == "1":
+        while self.received is None:  # until a signal stops this process (a new rendezvous)
+            time.sleep(0.05)
+    return original(self, trainer)
+GracefulStop.on_batch_end = on_batch_end
+sys.argv = ["trainforge", *sys.argv[1:]]
+runpy.run_module("trainforge", run_name="__main__")
+"""
+
+
+def hold_script(folder: Path) -> Path:
+    """A wrapper like `interrupt_script` whose one-process run waits after optimizer step
+    $HOLD_AT_STEP until a signal stops it: a torchrun job whose node joins is then restarted
+    at that step on any machine, never after the run has finished alone."""
+    script = folder / "hold_at.py"
+    script.write_text(HOLD_AT)
+    return script

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.fakes.interrupt import hold_script
 from tests.parallel.test_ddp import REPO, TINY, run
 from tests.parallel.test_two_nodes import two_nodes  # noqa: F401 (the fixture)
 
@@ -32,10 +33,10 @@ RDZV = "join_timeout=120,last_call_timeout=2,close_timeout=10,keep_alive_interva
 DEADLINE_S = 600  # a hang, not speed: the deadlines only end a stuck test
 
 
-def settings(tmp_path: Path, name: str) -> list[str]:
+def settings(tmp_path: Path, name: str, save_steps: int = 20) -> list[str]:
     sets = [*TINY, f"output.dir={tmp_path}", f"output.run_name={name}",
             "training.per_device_train_batch_size=64", f"training.max_steps={STEPS}",
-            "logging.logging_steps=1", "checkpoint.save_steps=20"]  # fmt: skip
+            "logging.logging_steps=1", f"checkpoint.save_steps={save_steps}"]  # fmt: skip
     return [str(REPO / "config/vit_digits.yaml"), *(a for s in sets for a in ("--set", s))]
 
 
@@ -53,10 +54,18 @@ sys.exit(main(sys.argv[2:]))
 
 
 def agent(
-    node: tuple[str, str], number: int, run_id: str, args: list[str], log: Path, gate=None
+    node: tuple[str, str],
+    number: int,
+    run_id: str,
+    args: list[str],
+    log: Path,
+    gate=None,
+    worker: list[str] | None = None,
+    **env_extra: str,
 ) -> subprocess.Popen:
     """torchrun on `node` (namespace, link) through trainforge's wrapper, as the Slurm script
-    starts it; node 1 hosts the rendezvous store. With a `gate`, it joins once that exists."""
+    starts it; node 1 hosts the rendezvous store. With a `gate`, it joins once that exists.
+    `worker`: the workers' entry (default `-m trainforge`)."""
     name, link = node
     entry = ["-c", GATED, str(gate)] if gate else ["-m", "trainforge.launch.torchrun"]
     torchrun = [
@@ -64,9 +73,10 @@ def agent(
         "--max-restarts=3", "--monitor-interval=0.5", "--rdzv-backend=c10d",
         f"--rdzv-endpoint=10.231.0.1:{PORT}", f"--local-addr=10.231.0.{number}",
         f"--rdzv-conf=is_host={int(number == 1)},{RDZV}", f"--rdzv-id={run_id}",
-        "-m", "trainforge", "train", *args,
+        *(worker or ["-m", "trainforge"]), "train", *args,
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=link)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=link,
+               **env_extra)  # fmt: skip
     return subprocess.Popen(
         ["ip", "netns", "exec", name, *torchrun], cwd=REPO, env=env,
         stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
@@ -127,10 +137,16 @@ def stop_all(agents: list[subprocess.Popen]) -> None:
 
 
 @pytest.mark.dist
-def test_a_lost_node_the_job_goes_on_with_one_process(two_nodes, tmp_path, one_process):  # noqa: F811
+@pytest.mark.parametrize(
+    "save_steps", [20, 23], ids=["from-a-save-inside-an-epoch", "from-a-save-at-an-epochs-end"]
+)
+def test_a_lost_node_the_job_goes_on_with_one_process(two_nodes, tmp_path, one_process, save_steps):  # noqa: F811
+    """Node 2 killed once step 40 is logged: node 1 goes on from the newest checkpoint. With
+    a save every 23 steps, every checkpoint lies on an epoch's end (23 steps of 64, the last
+    of 29), the moment where a resume on another split once trained the short step again."""
     run_dir = tmp_path / "lost"
     logs = [tmp_path / "node1.log", tmp_path / "node2.log"]
-    args = settings(tmp_path, "lost")
+    args = settings(tmp_path, "lost", save_steps)
     agents = [agent(node, n, "lost", args, logs[n - 1]) for n, node in enumerate(two_nodes, 1)]
     try:
         wait_for_step(run_dir, 40, agents)
@@ -145,6 +161,7 @@ def test_a_lost_node_the_job_goes_on_with_one_process(two_nodes, tmp_path, one_p
     assert first["world_size"] == 2 and last["world_size"] == 1
     assert last["restart_count"] >= 1 and last["launcher_job"] == "torchrun lost"
     assert last["resume"] == "continued" and last["end"] == "finished"
+    assert last["from_step"] % save_steps == 0, last
     assert json.loads((run_dir / "summary.json").read_text())["global_step"] == STEPS
     assert_on_trajectory(train_losses(run_dir), one_process, last["from_step"])
 
@@ -155,10 +172,15 @@ def test_a_node_that_joins_is_taken_in_at_the_next_rendezvous(two_nodes, tmp_pat
     logs = [tmp_path / "node1.log", tmp_path / "node2.log"]
     args = settings(tmp_path, "joined")
     gate = tmp_path / "join"
-    agents = [agent(two_nodes[0], 1, "joined", args, logs[0]),
+    # Node 1 trains alone (its minimum of nodes) to the end of the first epoch (23 steps of
+    # 64, the last of 29) and waits there for the restart the join brings: the new
+    # rendezvous lands on the epoch's end on any machine, and the run then goes on with
+    # the next epoch on two processes.
+    held = [str(hold_script(tmp_path))]
+    agents = [agent(two_nodes[0], 1, "joined", args, logs[0], worker=held, HOLD_AT_STEP="23"),
               agent(two_nodes[1], 2, "joined", args, logs[1], gate=gate)]  # fmt: skip
     try:
-        wait_for_step(run_dir, 10, agents)  # node 1 trains alone, its minimum of nodes
+        wait_for_step(run_dir, 23, agents)
         gate.touch()  # node 2 joins
         codes = [process.wait(timeout=DEADLINE_S) for process in agents]
     finally:
@@ -168,6 +190,7 @@ def test_a_node_that_joins_is_taken_in_at_the_next_rendezvous(two_nodes, tmp_pat
     assert "started again (a node joined or left)" in output, output[-4000:]
     first, *_, last = json.loads((run_dir / "run.json").read_text())["segments"]
     assert first["world_size"] == 1 and last["world_size"] == 2
+    assert last["from_step"] == 23, last
     assert sum(node["processes"] for node in last["nodes"]) == 2
     assert json.loads((run_dir / "summary.json").read_text())["global_step"] == STEPS
     assert_on_trajectory(train_losses(run_dir), one_process, last["from_step"])

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import shutil
+import signal
 
 import pytest
 from safetensors.torch import load_file
 from tests.fakes.cli_args import DIGITS_TINY
 from tests.fakes.in_process import run_in_process
 
+from trainforge.engine.callbacks import GracefulStop
 from trainforge.engine.checkpointer import setup_changes
 
 # A schedule that does not depend on the total: a run stopped at 6 of 12 steps is then the
@@ -60,6 +63,36 @@ def test_a_run_continues_with_another_micro_batch_on_the_same_trajectory(
     assert [(s["micro_batch"], s["accumulation"], s["resume"]) for s in segments] == [
         (64, 1, "start"), (16, 4, "continued")
     ]  # fmt: skip
+
+
+def test_a_stop_at_an_epochs_end_continues_on_another_split_with_the_next_epoch(
+    monkeypatch, capsys, tmp_path
+):
+    """A stop that lands on an epoch's short last step (the digits: 23 steps of 64, the last
+    of 29), resumed on another split, starts the next epoch: it does not train that short
+    step again (a torchrun job whose node joined at that moment left the trajectory)."""
+    train(monkeypatch, capsys, tmp_path, "whole", 26)
+    original = GracefulStop.on_batch_end
+
+    def stop_at_epoch_end(self, trainer):
+        if trainer.state.global_step == 23 and self.received is None:
+            os.kill(os.getpid(), signal.SIGINT)  # the real handler and checkpoint
+        return original(self, trainer)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GracefulStop, "on_batch_end", stop_at_epoch_end)
+        _, out, err = run_in_process(
+            patch, capsys, "train", *DIGITS_TINY, *LOGGED, "--set", f"output.dir={tmp_path}",
+            "--set", "output.run_name=edge", "--max_steps", "26",
+        )  # fmt: skip
+    assert "SIGINT: checkpoint saved to" in out, out[-2000:] + err[-2000:]
+    out = train(monkeypatch, capsys, tmp_path, "edge", 26, "--resume", str(tmp_path / "edge"),
+                "--set", "hardware.micro_batch_size=16")  # fmt: skip
+    assert "(epoch 0, step 23), continued: micro-batch 64 -> 16" in out, out
+    whole, edge = train_losses(tmp_path / "whole"), train_losses(tmp_path / "edge")
+    assert sorted(edge) == sorted(whole)
+    for step, loss in whole.items():
+        assert edge[step] == pytest.approx(loss, rel=1e-4), step
 
 
 def test_loader_workers_decide_how_not_what_even_when_a_run_moves_between_them(

@@ -139,8 +139,12 @@ class StepLayout:
         return self.full_steps * self.accumulation + self.tail_micro
 
     def step_start(self, step: int) -> int:
-        """The batch index (in this rank's epoch) where optimizer step `step` begins."""
-        return min(step, self.full_steps) * self.accumulation
+        """The batch index (in this rank's epoch) where optimizer step `step` begins; past
+        the last step (an epoch whose every step is done, a stop at its end), the epoch's
+        end: the short last step is not to be trained again."""
+        if step >= self.steps_per_epoch:
+            return self.batches_per_epoch
+        return step * self.accumulation
 
     def batch(self, order: list[int], index: int) -> list[int]:
         """This rank's `index`-th micro-batch of the epoch whose order is `order`."""
