@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import torch
@@ -140,3 +141,31 @@ def test_the_loop_calls_only_the_hooks_a_callback_acts_on():
     hooks = listeners([steps, idle, given, duck], "on_step_end")
     assert hooks == [steps.on_step_end, given.on_step_end, duck.on_step_end]
     assert listeners([steps, idle, given], "on_batch_end") == []
+
+
+def test_a_checkpoint_due_under_two_names_at_one_step_is_one_folder(
+    tmp_path, points_task, points_config
+):
+    """One-step epochs, a save every 2 steps and every 3 epochs: at step 6 the epoch's name is
+    a second name (a relative link) of the step's folder, not a second copy. It resolves,
+    is never listed twice, goes when rotation deletes its folder, and a fit resumed from it
+    keeps the next such name a link too."""
+    root = tmp_path / "checkpoints"
+    cfg = points_config(**{"training.num_train_epochs": 6, "checkpoint.save_total_limit": 20})
+    cadence = [CheckpointCadence(2, 3, save_best=False)]
+    make_trainer(tmp_path, points_task(n=8, batch_size=8), cfg, cadence).fit()  # 1 step/epoch
+    link = root / "checkpoint_epoch_6"
+    assert link.is_symlink() and os.readlink(link) == "checkpoint-6"
+    assert ckpt.read_meta(link)["global_step"] == 6 and ckpt.verify(link) is None
+    assert not (root / "checkpoint_epoch_3").is_symlink()  # step 3 saved under one name
+    listed = sorted(c.path.name for c in ckpt.list_checkpoints(root))
+    assert listed == ["checkpoint-2", "checkpoint-4", "checkpoint-6", "checkpoint_epoch_3"]
+
+    cfg = points_config(**{"training.num_train_epochs": 12, "checkpoint.save_total_limit": 2})
+    again = make_trainer(tmp_path, points_task(n=8, batch_size=8), cfg, cadence)
+    again.load_checkpoint(link)
+    again.fit()
+    assert os.readlink(root / "checkpoint_epoch_12") == "checkpoint-12"
+    left = sorted(p.name for p in root.iterdir() if p.name.startswith("checkpoint-"))
+    links = sorted(p.name for p in root.iterdir() if p.is_symlink())
+    assert left == ["checkpoint-10", "checkpoint-12"] and links == ["checkpoint_epoch_12"]

@@ -118,6 +118,20 @@ def interrupted_name() -> str:
     return NAMES["interrupted"][0]
 
 
+def kind(name: str) -> str | None:
+    """Which entry of NAMES the folder `name` is (None: none of them)."""
+    for key, (pattern, _, _) in NAMES.items():
+        head, _, tail = pattern.partition("{}")
+        if pattern == name or (
+            "{}" in pattern
+            and name.startswith(head)
+            and name.endswith(tail)
+            and name[len(head) : len(name) - len(tail)].isdigit()
+        ):
+            return key
+    return None
+
+
 def is_periodic(name: str) -> bool:
     """Whether rotation may delete the checkpoint folder `name`."""
     return PERIODIC.match(name) is not None
@@ -321,6 +335,8 @@ def _write_small_files(
 def _commit(tmp: Path, folder: Path) -> None:
     """Rename the finished temporary folder into place (replacing a same-named one)."""
     old = folder.parent / f".old-{folder.name}-{os.getpid()}"
+    if folder.is_symlink():  # a second name of another checkpoint (`alias`) becomes its own
+        folder.unlink()
     if folder.exists():
         folder.rename(old)
     tmp.rename(folder)
@@ -736,15 +752,40 @@ def _report_skipped(folder: Path, problem: str) -> None:
     sys.stdout.flush()
 
 
+def alias(root: Path, name: str, target: Path) -> bool:
+    """Give checkpoint `target` (a folder in `root`) the second name `root/name`: a relative
+    symbolic link, which a copied or moved run folder keeps. A checkpoint due under two
+    names at one step (a one-step epoch's end is also a `save_steps` step) is then written
+    once, and either name resumes it. False where the file system holds no links: the
+    caller writes the checkpoint again instead."""
+    link = root / name
+    try:
+        root.mkdir(parents=True, exist_ok=True)  # a background save may not have made it yet
+        if link.is_symlink():
+            link.unlink()
+        elif link.is_dir():  # an earlier attempt's own copy at this name
+            shutil.rmtree(link)
+        link.symlink_to(target.name, target_is_directory=True)
+    except OSError:
+        return False
+    return True
+
+
+def is_alias(folder: Path) -> bool:
+    """Whether `folder` is a second name of a checkpoint beside it (`alias`)."""
+    return folder.is_symlink() and "/" not in os.readlink(folder)
+
+
 def list_checkpoints(root: Path, *, cached: bool = False) -> list[Checkpoint]:
     """Verified checkpoints under `root`, oldest first by global step; bad ones reported.
+    A second name of a checkpoint (`alias`) is not listed again.
 
     `cached`: trust folders this process already verified and that have not changed."""
     found = []
     if not root.is_dir():
         return found
     for folder in sorted(root.iterdir()):
-        if not folder.is_dir() or folder.name.startswith("."):
+        if not folder.is_dir() or folder.name.startswith(".") or is_alias(folder):
             continue
         problem = verify(folder, cached=cached)
         if problem:
@@ -772,6 +813,9 @@ def rotate(root: Path, keep: int | None) -> list[Path]:
             continue
         shutil.rmtree(ckpt.path, ignore_errors=True)
         removed.append(ckpt.path)
+    for link in root.iterdir() if removed else ():  # the second names of what was removed
+        if is_alias(link) and not link.exists():
+            link.unlink(missing_ok=True)
     return removed
 
 

@@ -72,6 +72,10 @@ def _upgrade(state: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+# The checkpoints that go by a cadence: a step's and an epoch's may fall on one step.
+_PERIODIC_KINDS = ("step", "epoch")
+
+
 class Checkpointer:
     """Saves the registry into `root/<name>` and restores it from a checkpoint folder.
 
@@ -92,6 +96,8 @@ class Checkpointer:
         assert not set(FRAMING) & set(registry.names())
         self.registry = registry
         self.root = root
+        # (step, folder) of the newest periodic checkpoint saved or resumed from.
+        self._periodic: tuple[int, Path] | None = None
         self.describe = describe
         self.dist = parallel.context()
         self.writer = ckpt.CheckpointWriter(
@@ -105,9 +111,13 @@ class Checkpointer:
         )
 
     # ------------------------------------------------------------------ save
-    def save(self, name: str, *, wait: bool = False) -> tuple[Path, bool]:
+    def save(self, name: str, *, wait: bool = False, step: int | None = None) -> tuple[Path, bool]:
         """Save the registry as checkpoint `name`: (its folder, whether this process reports
-        the save; under DDP only rank 0 writes, and only it reports)."""
+        the save; under DDP only rank 0 writes, and only it reports). `step`: the optimizer
+        step it holds; a name due at the step just saved under another kind is that folder's
+        second name (`second_name`), and nothing is written or reported."""
+        if step is not None and (same := self.second_name(name, step)) is not None:
+            return same, False
         per_rank = self._gather_per_rank()  # a collective: every rank, first
         shards = self.registry.state_dict(lambda e: e.sharded) if self.storage.sharded else None
         payload = None
@@ -122,7 +132,28 @@ class Checkpointer:
             payload = Payload(weights, state, lambda: {"name": name, **self.describe()})
         folder = self.root / name
         reported = self.storage.save(folder, payload, shards, writer=self.writer, wait=wait)
+        if step is not None and ckpt.kind(name) in _PERIODIC_KINDS:
+            self._periodic = (step, folder)
         return folder, reported
+
+    def second_name(self, name: str, step: int) -> Path | None:
+        """The folder of the periodic checkpoint saved (or resumed from) at `step` when
+        `name` is a periodic name of the other kind, now its second name: a one-step
+        epoch's end that is also a `save_steps` step is written once (`checkpoint.alias`).
+        None: save it. Made by the main process, answered alike by every process. A
+        background save of the folder may still be under way: the name resolves once it
+        lands (a failed save is reported as such, its second name dangling and never
+        listed)."""
+        last = self._periodic
+        if last is None or last[0] != step or ckpt.kind(name) not in _PERIODIC_KINDS:
+            return None
+        if last[1].name == name:
+            return last[1]  # the checkpoint this fit resumed from, at its own step
+        if ckpt.kind(name) == ckpt.kind(last[1].name):
+            return None
+        done = ckpt.alias(self.root, name, last[1]) if self.dist.is_main else True
+        done = not parallel.agree_any(not done) if self.dist.enabled else done
+        return last[1] if done else None
 
     def _gather_per_rank(self) -> list[dict[str, Any]] | None:
         """Every rank's per-process parts, on rank 0 (None outside torch.distributed)."""
@@ -165,6 +196,9 @@ class Checkpointer:
         (`resumable.RunSetup`), `state` the loop's counters (`TrainerState`), `sampler` the
         training loader's batch sampler."""
         saved = ckpt.read_meta(folder)
+        real = folder.resolve()  # a second name resumes its folder
+        if ckpt.kind(real.name) in _PERIODIC_KINDS and real.parent == self.root.resolve():
+            self._periodic = (int(saved.get("global_step") or 0), self.root / real.name)
         reasons, moved = setup_changes(saved.get("setup"), setup.now())
         if moved and not hasattr(sampler, "start_at"):
             moved, reasons = False, []  # a loader without steps: only the same split resumes

@@ -329,7 +329,7 @@ class Trainer:
         self.checkpointer.writer.wait()  # the copy buffers are free again
         self.state.train_time_s = self.elapsed_s()
         self.restart_clock()
-        folder, reported = self.checkpointer.save(name, wait=wait)
+        folder, reported = self.checkpointer.save(name, wait=wait, step=self.state.global_step)
         self.outcome.last_checkpoint = folder
         if reported:
             self.meter.paused_s += self.meter.clock() - paused_from
