@@ -169,3 +169,8 @@ def test_a_checkpoint_due_under_two_names_at_one_step_is_one_folder(
     left = sorted(p.name for p in root.iterdir() if p.name.startswith("checkpoint-"))
     links = sorted(p.name for p in root.iterdir() if p.is_symlink())
     assert left == ["checkpoint-10", "checkpoint-12"] and links == ["checkpoint_epoch_12"]
+    # A full save under a second name (no step given) replaces the link, not its folder.
+    again.checkpointer.save("checkpoint_epoch_12", wait=True)
+    assert not (root / "checkpoint_epoch_12").is_symlink()
+    assert ckpt.verify(root / "checkpoint_epoch_12") is None
+    assert ckpt.verify(root / "checkpoint-12") is None
