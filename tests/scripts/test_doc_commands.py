@@ -664,10 +664,14 @@ def test_page_commands_run(page: str, tmp_path: Path, tiny_cifar, monkeypatch, c
         runner.finish()
 
 
-def test_the_readme_launches_several_processes_with_trainforge_torchrun():
+def test_the_readme_and_docs_launch_several_processes_with_trainforge_torchrun():
     """Plain `torchrun` prints its OMP_NUM_THREADS banner into a normal run's output; the
-    README, a new user's first page, shows `trainforge-torchrun` (the same arguments, no
-    banner), as docs/distributed.md's first example does."""
+    README, a new user's first page, and every command the docs show use
+    `trainforge-torchrun` (the same arguments, no banner)."""
     text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert "trainforge-torchrun --standalone --nproc-per-node 2 -m trainforge train" in text
-    assert not re.search(r"(?<![\w-])torchrun --standalone", text)
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            assert not re.match(r"\s*(\$ |srun )?torchrun --", line), (
+                f"{page.name}:{number}: {line.strip()}"
+            )
