@@ -102,3 +102,31 @@ def test_validate_refuses_an_output_model_another_run_wrote(tmp_path):
     assert "model folder models/my-model already exists" in ran.stderr
     ran = run_main("validate", "jetson_training", *flags, "--overwrite", cwd=tmp_path)
     assert ran.returncode == 0 and "OK jetson_training" in ran.stdout, ran.stderr
+
+
+def test_a_folder_with_files_but_no_model_where_init_arch_creates_one_is_refused_first(tmp_path):
+    """g2p_cmudict creates its base model on first use (model.init_arch): a named folder that
+    holds files but no model is refused by validate and train before torch loads; an empty
+    one is no obstacle, the model is created into it."""
+    from fakes.in_process import run_main
+
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("mine")
+    said = "base model folder junk holds files but no model (no config.json)"
+    code, err = _refused_without_torch(tmp_path, "train", "g2p_cmudict", "--base-model", "junk")
+    assert code == 2 and said in err and "Traceback" not in err, err
+    ran = run_main("validate", "g2p_cmudict", "--base-model", "junk", cwd=tmp_path)
+    assert ran.returncode == 2 and said in ran.stderr, ran.stdout + ran.stderr
+    (tmp_path / "empty").mkdir()
+    ran = run_main("validate", "g2p_cmudict", "--base-model", "empty", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_an_empty_folder_takes_the_model_init_arch_creates(tmp_path):
+    from trainforge.models.hf_init import init_model
+
+    corpus = tmp_path / "words.tsv"
+    corpus.write_text("hello\tHH AH0 L OW1\nworld\tW ER1 L D\n")
+    (tmp_path / "made").mkdir()
+    init_model("made", corpus=[corpus], arch="llama", size="tiny", dest=tmp_path / "made")
+    assert (tmp_path / "made" / "config.json").is_file()

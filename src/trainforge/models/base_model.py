@@ -73,11 +73,23 @@ def check_base_model_named(config: Any) -> None:
         return
     if not m.model_name_or_path:
         raise _no_base_model()
-    if m.init_arch or is_hub_id(m.model_name_or_path, config.output.models_dir):
+    if is_hub_id(m.model_name_or_path, config.output.models_dir):
+        return
+    path = hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir)
+    if m.init_arch:
+        # Created on first use, into a folder that is missing or empty; a folder with files
+        # but no model would be refused only after the corpus was read and a tokenizer
+        # trained.
+        if path.is_dir() and not (path / "config.json").is_file() and any(path.iterdir()):
+            raise UserError(
+                f"base model folder {path} holds files but no model (no config.json), and "
+                f"model.init_arch would create a random {m.init_arch} there",
+                "pick a model folder (--base-model), or empty or remove that folder",
+            )
         return
     from trainforge.models.folder_check import check_folder_shape
 
-    check_folder_shape(hf.resolve_model_dir(m.model_name_or_path, config.output.models_dir))
+    check_folder_shape(path)
 
 
 def _no_base_model() -> UserError:

@@ -147,7 +147,7 @@ def init_model(
     if size not in SIZES:
         raise UserError(f"--size {size!r} is not known", f"use one of {', '.join(SIZES)}")
     folder = dest if dest is not None else output_dir(models_dir, name, overwrite, "NAME")
-    if dest is not None and dest.exists() and not overwrite:
+    if dest is not None and dest.exists() and any(dest.iterdir()) and not overwrite:
         raise UserError(f"model folder {dest} already exists", "pass --overwrite to replace it")
     import torch
     from transformers import AutoModelForCausalLM
