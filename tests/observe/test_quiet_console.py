@@ -239,6 +239,19 @@ def test_hugging_face_bars_off_when_first_imported_and_the_user_variable_wins():
     assert on.stdout.strip() == "False" and on.stderr == ""
 
 
+def test_transformers_imported_before_the_install_loses_its_bars_too():
+    """transformers reads huggingface_hub's switch once, at import: a process that imported
+    it first (a test's model fixture, a notebook) printed "Loading weights" bars."""
+    code = (
+        "import transformers.utils.logging as t; before = t.is_progress_bar_enabled(); "
+        "from trainforge.observe.quiet import install; install(); "
+        "print(before, t.is_progress_bar_enabled())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+
+
 def test_checkpointing_a_hugging_face_model_warns_nothing(tiny_gpt2):
     """Fixed at the cause: the renamed transformers 5 call, not a filter."""
     from trainforge.models.hf import enable_checkpointing, load_causal_lm

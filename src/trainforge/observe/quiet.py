@@ -77,6 +77,12 @@ def _hf_bars_off() -> None:
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()
+    # transformers reads huggingface_hub's switch once, when imported: one imported before
+    # this (a notebook, a test's model fixture) is told too. Mid-import (transformers
+    # importing huggingface_hub) it has not read the switch yet, and reads it off.
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None and hasattr(hf_logging, "disable_progress_bar"):
+        hf_logging.disable_progress_bar()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
