@@ -49,6 +49,20 @@ def _start(page, name: str, trials: int, args: list[str]) -> None:
     page.get_by_role("button", name="Start sweep").click()
 
 
+def _zooms_to_raw_points(page, canvas: str) -> None:
+    """A drag across the middle of chart `canvas` asks the server for that step window of
+    every curve (`/api/compare/curves?...&lo=&hi=`) and draws its raw points."""
+    box = page.locator(f"#{canvas}").bounding_box()
+    window = lambda r: "/api/compare/curves?" in r.url and "&lo=" in r.url and "&hi=" in r.url  # noqa: E731
+    with page.expect_response(window) as answer:
+        page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2, steps=4)
+        page.mouse.up()
+    assert answer.value.ok
+    page.wait_for_function(f"() => document.getElementById('{canvas}').dataset.detail === 'raw'")
+
+
 def test_sweeps_page_and_compare_runs_in_a_real_browser(server):
     from playwright.sync_api import expect, sync_playwright
 
@@ -81,6 +95,7 @@ def test_sweeps_page_and_compare_runs_in_a_real_browser(server):
         )  # 3 trials x 4 validations, overlaid
         expect(page.locator("#sweep-message")).to_contain_text("completed")
         page.screenshot(path=str(shots / "sweeps-page.png"))
+        _zooms_to_raw_points(page, "sweep-curves")
 
         # Compare runs: two trials' curves on the same axes.
         page.get_by_role("link", name="Compare these trials").click()
@@ -94,6 +109,7 @@ def test_sweeps_page_and_compare_runs_in_a_real_browser(server):
             "() => Number(document.getElementById('compare-loss').dataset.points) === 8"
         )
         page.screenshot(path=str(shots / "compare-runs.png"))
+        _zooms_to_raw_points(page, "compare-train")
 
         # A long sweep, stopped from the page: its trial saves a checkpoint.
         page.goto(f"{url}/sweeps")

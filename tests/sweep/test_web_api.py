@@ -63,6 +63,11 @@ def test_compare_reads_runs_and_sweep_trials_and_refuses_the_rest(client, tmp_pa
     assert curves["alone"]["train_loss"]["step"] == [10]
     assert client.get("/api/compare/curves?run=../etc").status_code == 400
     assert client.get("/api/compare/curves?run=sw").status_code == 404
+    # A zoom's window: that run's steps only, raw (as the run page's /series window).
+    zoomed = client.get("/api/compare/curves?run=sw/trial-000&lo=8&hi=15").json()
+    window = zoomed["sw/trial-000"]["val_loss"]
+    assert (window["raw"], window["origin"], window["step"]) == (True, 8, [10, 15])
+    assert client.get("/api/compare/curves?run=alone&lo=9&hi=3").status_code == 400
     page = client.get("/compare?run=alone")
     assert page.status_code == 200 and 'value="sw/trial-000"' in page.text
     assert client.get("/sweeps").status_code == 200

@@ -106,8 +106,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             h_all, w = hidden.to(dtype), weight.to(dtype)
             b = None if bias is None else bias.to(dtype)
             grad_h = torch.empty_like(hidden) if needs[0] else None
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-            grad_w = grad_w if needs[1] else None
+            # Allocated only when asked for: [V, H] in fp32 is 671 MB for Gemma 3's head, which
+            # an evaluation (no gradients) would otherwise allocate and drop at every batch.
+            grad_w = (
+                torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                if needs[1]
+                else None
+            )
             grad_b = torch.zeros(bias.shape, device=bias.device) if needs[2] else None
             loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
             correct = torch.zeros((), dtype=torch.int64, device=hidden.device)
@@ -141,7 +146,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx: Any, grad_loss: Tensor, _grad_correct: Tensor) -> tuple:  # type: ignore[override]
         out = []
         for grad, dtype in zip(ctx.grads, ctx.dtypes, strict=True):
-            out.append(None if grad is None else (grad * grad_loss).to(dtype))
+            # In place: the head's [V, H] gradient is the size of the vocabulary (671 MB
+            # for Gemma 3's); a scaled copy would hold it twice at the peak.
+            out.append(None if grad is None else grad.mul_(grad_loss).to(dtype))
         ctx.grads = None
         return (*out, None, None, None)
 

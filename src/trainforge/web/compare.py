@@ -31,15 +31,26 @@ CURVE_KEYS = ("loss", "accuracy", "perplexity", "per", "wer")
 _BUCKETS = series.Cache(size=32)  # caught up from its offset at each call
 
 
-def bucketed_curves(run: RunFolder) -> dict[str, dict[str, Any]]:
+def bucketed_curves(
+    run: RunFolder, window: tuple[int, int] | None = None
+) -> dict[str, dict[str, Any]]:
     """{"train_loss", "val_loss", "val_<metric>"...: {"width", "step", "time", "min", "max",
-    "last", "n"}}: each curve as the chart's buckets (width: steps per bucket)."""
-    view = _BUCKETS.get(run.metrics).view()
+    "last", "n"}}: each curve as the chart's buckets (width: steps per bucket). `window`:
+    the steps (lo, hi) of a zoom, finer (`series.window`: raw points when they are few,
+    with "raw" and "origin" beside "width")."""
+    if window is None:
+        view = _BUCKETS.get(run.metrics).view()
+        extra: dict[str, Any] = {"width": view["width"]}
+    elif run.metrics.is_file():
+        view = series.window(run.metrics, *window)
+        extra = {key: view[key] for key in ("width", "origin", "raw")}
+    else:
+        return {}
     out: dict[str, dict[str, Any]] = {}
     for name, columns in view["series"].items():
         split, key = name.split("/", 1)
         if split in ("train", "val") and key in CURVE_KEYS:
-            out[f"{split}_{key}"] = {"width": view["width"], **columns}
+            out[f"{split}_{key}"] = {**extra, **columns}
     return out
 
 
@@ -71,11 +82,21 @@ def compare_runs(request: Request) -> list[str]:
 
 
 @router.get("/compare/curves", responses={400: {}, 404: {}})
-def compare_curves(request: Request, run: list[str] = Query(default=[])) -> dict[str, Any]:
+def compare_curves(
+    request: Request,
+    run: list[str] = Query(default=[]),
+    lo: int | None = Query(None, ge=0),
+    hi: int | None = Query(None, ge=0),
+) -> dict[str, Any]:
     """{run name: {"train_loss", "val_loss", "val_accuracy", ...: the curve's buckets}}
-    (`bucketed_curves`)."""
+    (`bucketed_curves`); with `lo` and `hi`, a zoom's step window, finer."""
     runs_path = request.app.state.trainforge.settings.runs_path
-    return {name: bucketed_curves(_run(runs_path, name)) for name in run[:20]}
+    window = None
+    if lo is not None and hi is not None:
+        if hi < lo:
+            raise HTTPException(400, "hi must not be below lo")
+        window = (lo, hi)
+    return {name: bucketed_curves(_run(runs_path, name), window) for name in run[:20]}
 
 
 def newest(runs_path: Path, names: list[str], count: int = 2) -> list[str]:

@@ -76,6 +76,23 @@ function bucketsFrom(cols, width, origin, xs, factor = 1) {
   return out;
 }
 
+// The answer of /api/compare/curves for a zoom's window ({run: {key: columns with width,
+// origin, raw}}) as a chart's `fetchWindow` result: one series per [run, label] of `runs`,
+// the first of `keys` the run has. Raw when every run's window is; the widest width.
+function zoomedCurves(data, runs, keys, lo) {
+  const series = {};
+  let raw = true, width = 1;
+  for (const [run, label] of runs) {
+    const curves = (data || {})[run] || {};
+    const key = keys.find((k) => curves[k] && curves[k].step && curves[k].step.length);
+    if (!key) continue;
+    series[label] = curves[key];
+    raw = raw && Boolean(curves[key].raw);
+    width = Math.max(width, curves[key].width || 1);
+  }
+  return { raw, width, origin: lo, series };
+}
+
 class LineChart {
   // options: xLabel ("step"), unit (shown on the y axis), logY, smoothing (0 to 0.999),
   // integerX (ticks on whole steps), format (a value's text), fetchWindow (async (lo, hi) =>

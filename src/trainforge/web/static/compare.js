@@ -14,7 +14,23 @@
     "compare-train": ["train_loss"],
   };
   const charts = {};
-  for (const id of Object.keys(KEYS)) charts[id] = new LineChart(document.getElementById(id), []);
+  for (const id of Object.keys(KEYS)) {
+    charts[id] = new LineChart(document.getElementById(id), [], { fetchWindow: windowOf(id) });
+  }
+
+  // A drag-zoom asks the server for that step window of every chosen run, finer (raw points
+  // when the window holds 1,000 or fewer), as the run page does.
+  function windowOf(id) {
+    return async (lo, hi) => {
+      const chosen = boxes().filter((b) => b.checked);
+      if (!chosen.length) return null;
+      const query = chosen.map((b) => `run=${encodeURIComponent(b.value)}`).join("&");
+      const response = await fetch(`/api/compare/curves?${query}&lo=${lo}&hi=${hi}`);
+      if (!response.ok) return null;
+      return zoomedCurves(await response.json(), chosen.map((b) => [b.value, b.dataset.label || b.value]),
+                       KEYS[id], lo);
+    };
+  }
 
   function legend(chosen) {
     document.getElementById("compare-legend").replaceChildren(...chosen.map((b, i) => {

@@ -72,8 +72,18 @@
       cell(row, Object.entries(t.params).map(([k, v]) => `${k}=${fmt(v)}`).join(" "));
       body.appendChild(row);
     }
+    // A drag-zoom asks for that step window of every trial's curve, finer (as Compare runs).
+    const fetchWindow = async (lo, hi) => {
+      const runs = s.trials.filter((t) => t.curve).map((t) => [`${s.name}/${t.trial}`, t.trial]);
+      if (!runs.length) return null;
+      const query = runs.map(([run]) => `run=${encodeURIComponent(run)}`).join("&");
+      const response = await fetch(`/api/compare/curves?${query}&lo=${lo}&hi=${hi}`);
+      if (!response.ok) return null;
+      return zoomedCurves(await response.json(), runs, [`val_${s.metric}`], lo);
+    };
     const chart = new LineChart($("sweep-curves"),
-      s.trials.map((t, i) => ({ name: t.trial, color: COLORS[i % COLORS.length] })));
+      s.trials.map((t, i) => ({ name: t.trial, color: COLORS[i % COLORS.length] })),
+      { fetchWindow });
     for (const t of s.trials) if (t.curve) chart.setBuckets(t.trial, t.curve, t.curve.width);
     chart.draw();
   }
