@@ -230,3 +230,24 @@ def test_a_run_that_ends_between_validations_ends_with_its_number(tmp_path, monk
     assert f"validation accuracy {accuracy * 100:.2f}%" in out.split("done: finished")[1]
     records = [json.loads(x) for x in (tmp_path / "vit_digits" / "metrics.jsonl").open()]
     assert [r["step"] for r in records if r.get("split") == "val"] == [30]
+
+
+@pytest.mark.parametrize(
+    ("start", "says"),
+    [
+        (0, "done: finished after 6 steps in 3.0 s of training\n"),
+        (4, "done: finished after 6 steps in 3.0 s of training in all; this segment 2 steps "
+            "in 1.0 s\n"),
+        (6, "done: finished after 6 steps in 3.0 s of training in all; none in this segment\n"),
+    ],
+)  # fmt: skip
+def test_the_done_line_of_a_fresh_a_resumed_and_an_already_finished_segment(
+    tmp_path, capsys, start, says
+):
+    from trainforge.cli import _print_summary
+    from trainforge.run.outputs import RunSummary
+
+    summary = RunSummary(tmp_path, {}, None, "finished", False, 6, 3.0, start_step=start,
+                         start_time_s=2.0 if start else 0.0)  # fmt: skip
+    _print_summary(summary)
+    assert capsys.readouterr().out == says

@@ -235,12 +235,14 @@ def _print_summary(summary) -> None:
     folder = RunFolder(summary.run_dir)
     metrics = summary.final_metrics
     done = f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
-    if summary.start_step:  # a resumed run: its totals, and what this segment did of them
-        segment = summary.global_step - summary.start_step
+    segment = summary.global_step - summary.start_step
+    if summary.start_step and segment:  # resumed: its totals, and this segment's share
         done += (
             f"in {summary.train_time_s:.1f} s of training in all; this segment "
             f"{_count(segment, 'step')} in {summary.train_time_s - summary.start_time_s:.1f} s"
         )
+    elif summary.start_step:  # resumed at its end (a closing step redone): nothing trained
+        done += f"in {summary.train_time_s:.1f} s of training in all; none in this segment"
     else:
         done += f"in {summary.train_time_s:.1f} s of training"
     print(done)

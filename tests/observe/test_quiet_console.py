@@ -40,7 +40,7 @@ ALLOWED = [
     r"output model: .+",
     r"report: .+report\.html",
     r"done: finished after \d+ steps? in [\d.]+ s of training"
-    r"( in all; this segment \d+ steps? in [\d.]+ s)?",
+    r"( in all; (this segment \d+ steps? in [\d.]+ s|none in this segment))?",
     r"disk: checkpoints need about .+ \(\d+ kept at most x .+\)(, .+ free)?",
     r"warning: logging\.logging_steps=\d+ writes about [\d,]+ train records over [\d,]+ "
     r"steps( \(about .+ in .+\))?; .+",
