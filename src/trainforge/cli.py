@@ -278,7 +278,7 @@ def validate_cmd(ctx: typer.Context) -> None:
         try:
             resolved, _ = _resolve(args, platform, args.world_size or 1, for_profile=True)
             _check_config_paths(resolved)
-            print(f"OK {path}")
+            print(f"OK {path}" + _here(args, platform, resolved))
         except ConfigError as err:
             failed = True
             for line in err.lines:
@@ -288,6 +288,28 @@ def validate_cmd(ctx: typer.Context) -> None:
             print(err.line(), file=sys.stderr)
     if failed:
         raise typer.Exit(2)
+
+
+def _here(args, platform, resolved) -> str:
+    """After `OK PATH`: nothing when the config was judged for this machine; else whose
+    hardware it was judged for, and what `train` would refuse here (a template of the
+    hpc-a100 profile validates for its A100s, and fp16 does not train on a CPU)."""
+    from trainforge.config import ConfigError
+
+    if resolved.profile_reason.startswith("auto"):
+        return ""
+    try:
+        _resolve(args, platform, args.world_size or 1, for_profile=False)
+    except ConfigError as err:
+        # Each line less its file name and the hint to validate for a profile (done here).
+        said = [line.split(": ", 1)[-1].split("; `trainforge validate", 1)[0] for line in err.lines]
+    except UserError as err:
+        said = [err.line()]
+    else:
+        return ""
+    return f" for the {resolved.profile.name} profile's hardware; not on this machine: " + (
+        "; ".join(said)
+    )
 
 
 def _shown(value: object) -> str:

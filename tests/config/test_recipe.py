@@ -198,6 +198,14 @@ def test_validate_judges_a_named_profile_on_its_hardware_and_train_this_machine(
         monkeypatch, capsys, "validate", "config/vit_digits.yaml", "--profile", "jetson-orin"
     )
     assert code == 0 and "OK config/vit_digits.yaml" in out, err
+    # ... and says so, with what `train` would refuse here (one line, still exit 0) ...
+    assert out.strip() == (
+        "OK config/vit_digits.yaml for the jetson-orin profile's hardware; not on this "
+        "machine: training.precision = 'fp16': needs a CUDA device, but this run uses cpu "
+        "(this machine (cpu)); set training.precision=auto (fp32 on CPU) or bf16"
+    ), out
+    code, out, err = run_in_process(monkeypatch, capsys, "validate", "config/vit_digits.yaml")
+    assert (code, out.strip()) == (0, "OK config/vit_digits.yaml"), err  # judged for here
     # ... while `train` judges the machine in hand, before anything is written.
     code, out, err = run_in_process(
         monkeypatch, capsys, "train", "config/vit_digits.yaml", "--profile", "jetson-orin",
