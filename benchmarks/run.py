@@ -76,6 +76,7 @@ BENCHMARKS = [
     ("long_run", "long_run_resume_ratio", 1.5, "<="),
     ("long_run", "long_run_report_s", 5.0, "<="),
     ("long_run", "long_run_serve_rss_growth", 0.03, "<="),
+    ("long_run", "long_run_page_mb", 1.0, "<="),
     ("long_run", "long_run_histogram_off_cadence", 0.0, "<="),
     ("logging_disk", "logging_jsonl_bytes_per_record", None, "info"),
     ("logging_disk", "logging_tensorboard_bytes_per_step", None, "info"),
