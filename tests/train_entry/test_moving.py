@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -168,3 +169,19 @@ def test_a_resume_says_what_changed_once_and_its_checkpoint_relative(monkeypatch
     done = re.search(r"done: finished after 6 steps in ([\d.]+) s of training in all; "
                      r"this segment 2 steps in ([\d.]+) s\n", out)  # fmt: skip
     assert done and float(done[2]) <= float(done[1]), out
+
+
+def test_a_resume_through_a_checkpoints_second_name_says_the_name_given(tmp_path, monkeypatch):
+    """`checkpoint_epoch_5` may be a link to `checkpoint-5` (one folder, two names): the
+    resumed-from line says the name the user gave, relative like the other start lines."""
+    from trainforge.run.resume import _shown
+
+    root = tmp_path / "runs" / "r" / "checkpoints"
+    (root / "checkpoint-5").mkdir(parents=True)
+    (root / "checkpoint_epoch_5").symlink_to("checkpoint-5", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert _shown(root / "checkpoint_epoch_5") == Path("runs/r/checkpoints/checkpoint_epoch_5")
+    assert _shown(Path("runs/r/checkpoints/checkpoint-5")) == Path(
+        "runs/r/checkpoints/checkpoint-5"
+    )
+    assert _shown(Path("/elsewhere/checkpoint-5")) == Path("/elsewhere/checkpoint-5")

@@ -378,11 +378,13 @@ def restore(
 
 def _shown(path: Path) -> Path:
     """`path` relative to the working directory when it is inside it, as the other start
-    lines say their paths."""
+    lines say their paths. Its last part stays as named: a checkpoint's second name (a
+    link, `checkpoint_epoch_5` to `checkpoint-5`) is said as the user gave it."""
+    path = Path(path)
     try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve())
+        return (path.parent.resolve() / path.name).relative_to(Path.cwd().resolve())
     except ValueError:
-        return Path(path)
+        return path
 
 
 def requeue_slurm_job() -> None:
