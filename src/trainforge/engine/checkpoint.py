@@ -86,11 +86,11 @@ NAMES: dict[str, tuple[str, str, bool]] = {
     "time_limit":  ("checkpoint_time_limit",  "when training.max_hours is reached",    False),
     "interrupted": ("checkpoint_interrupted", "on Ctrl+C, SIGTERM or SIGUSR1",         False),
 }  # fmt: skip
-PERIODIC = re.compile(
-    "^(" + "|".join(
-        re.escape(name).replace(r"\{\}", r"(\d+)") for name, _, rotated in NAMES.values() if rotated
-    ) + ")$"
-)  # fmt: skip
+# Each name as a pattern of the whole folder name, by kind (`{}`: the step or epoch).
+PATTERNS = {
+    kind: re.compile("^" + re.escape(name).replace(r"\{\}", r"\d+") + "$")
+    for kind, (name, _, _) in NAMES.items()
+}
 
 
 def step_name(step: int) -> str:
@@ -120,21 +120,14 @@ def interrupted_name() -> str:
 
 def kind(name: str) -> str | None:
     """Which entry of NAMES the folder `name` is (None: none of them)."""
-    for key, (pattern, _, _) in NAMES.items():
-        head, _, tail = pattern.partition("{}")
-        if pattern == name or (
-            "{}" in pattern
-            and name.startswith(head)
-            and name.endswith(tail)
-            and name[len(head) : len(name) - len(tail)].isdigit()
-        ):
-            return key
-    return None
+    return next((key for key, pattern in PATTERNS.items() if pattern.match(name)), None)
 
 
 def is_periodic(name: str) -> bool:
-    """Whether rotation may delete the checkpoint folder `name`."""
-    return PERIODIC.match(name) is not None
+    """Whether rotation may delete the checkpoint folder `name` (a checkpoint that goes by a
+    cadence: a step's or an epoch's)."""
+    found = kind(name)
+    return found is not None and NAMES[found][2]
 
 
 def most_kept(save_total_limit: int | None, periodic_saves: int, save_best: bool) -> int:

@@ -72,10 +72,6 @@ def _upgrade(state: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-# The checkpoints that go by a cadence: a step's and an epoch's may fall on one step.
-_PERIODIC_KINDS = ("step", "epoch")
-
-
 class Checkpointer:
     """Saves the registry into `root/<name>` and restores it from a checkpoint folder.
 
@@ -132,7 +128,7 @@ class Checkpointer:
             payload = Payload(weights, state, lambda: {"name": name, **self.describe()})
         folder = self.root / name
         reported = self.storage.save(folder, payload, shards, writer=self.writer, wait=wait)
-        if step is not None and ckpt.kind(name) in _PERIODIC_KINDS:
+        if step is not None and ckpt.is_periodic(name):
             self._periodic = (step, folder)
         return folder, reported
 
@@ -145,7 +141,7 @@ class Checkpointer:
         lands (a failed save is reported as such, its second name dangling and never
         listed)."""
         last = self._periodic
-        if last is None or last[0] != step or ckpt.kind(name) not in _PERIODIC_KINDS:
+        if last is None or last[0] != step or not ckpt.is_periodic(name):
             return None
         if last[1].name == name:
             return last[1]  # the checkpoint this fit resumed from, at its own step
@@ -197,7 +193,7 @@ class Checkpointer:
         training loader's batch sampler."""
         saved = ckpt.read_meta(folder)
         real = folder.resolve()  # a second name resumes its folder
-        if ckpt.kind(real.name) in _PERIODIC_KINDS and real.parent == self.root.resolve():
+        if ckpt.is_periodic(real.name) and real.parent == self.root.resolve():
             self._periodic = (int(saved.get("global_step") or 0), self.root / real.name)
         reasons, moved = setup_changes(saved.get("setup"), setup.now())
         if moved and not hasattr(sampler, "start_at"):

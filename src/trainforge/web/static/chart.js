@@ -76,14 +76,20 @@ function bucketsFrom(cols, width, origin, xs, factor = 1) {
   return out;
 }
 
-// The answer of /api/compare/curves for a zoom's window ({run: {key: columns with width,
-// origin, raw}}) as a chart's `fetchWindow` result: one series per [run, label] of `runs`,
-// the first of `keys` the run has. Raw when every run's window is; the widest width.
-function zoomedCurves(data, runs, keys, lo) {
+// A zoom's window of several runs' curves (Compare runs, a sweep's trials) as a chart's
+// `fetchWindow` result: /api/compare/curves for [run, label] pairs `runs` with `lo`/`hi`,
+// one series per run named by its label, the first of `keys` it has. Raw when every run's
+// window is; the widest width otherwise.
+async function fetchCurvesWindow(runs, keys, lo, hi) {
+  if (!runs.length) return null;
+  const query = runs.map(([run]) => `run=${encodeURIComponent(run)}`).join("&");
+  const response = await fetch(`/api/compare/curves?${query}&lo=${lo}&hi=${hi}`);
+  if (!response.ok) return null;
+  const data = await response.json();
   const series = {};
   let raw = true, width = 1;
   for (const [run, label] of runs) {
-    const curves = (data || {})[run] || {};
+    const curves = data[run] || {};
     const key = keys.find((k) => curves[k] && curves[k].step && curves[k].step.length);
     if (!key) continue;
     series[label] = curves[key];

@@ -21,15 +21,9 @@
   // A drag-zoom asks the server for that step window of every chosen run, finer (raw points
   // when the window holds 1,000 or fewer), as the run page does.
   function windowOf(id) {
-    return async (lo, hi) => {
-      const chosen = boxes().filter((b) => b.checked);
-      if (!chosen.length) return null;
-      const query = chosen.map((b) => `run=${encodeURIComponent(b.value)}`).join("&");
-      const response = await fetch(`/api/compare/curves?${query}&lo=${lo}&hi=${hi}`);
-      if (!response.ok) return null;
-      return zoomedCurves(await response.json(), chosen.map((b) => [b.value, b.dataset.label || b.value]),
-                       KEYS[id], lo);
-    };
+    return (lo, hi) => fetchCurvesWindow(
+      boxes().filter((b) => b.checked).map((b) => [b.value, b.dataset.label || b.value]),
+      KEYS[id], lo, hi);
   }
 
   function legend(chosen) {

@@ -73,14 +73,9 @@
       body.appendChild(row);
     }
     // A drag-zoom asks for that step window of every trial's curve, finer (as Compare runs).
-    const fetchWindow = async (lo, hi) => {
-      const runs = s.trials.filter((t) => t.curve).map((t) => [`${s.name}/${t.trial}`, t.trial]);
-      if (!runs.length) return null;
-      const query = runs.map(([run]) => `run=${encodeURIComponent(run)}`).join("&");
-      const response = await fetch(`/api/compare/curves?${query}&lo=${lo}&hi=${hi}`);
-      if (!response.ok) return null;
-      return zoomedCurves(await response.json(), runs, [`val_${s.metric}`], lo);
-    };
+    const fetchWindow = (lo, hi) => fetchCurvesWindow(
+      s.trials.filter((t) => t.curve).map((t) => [`${s.name}/${t.trial}`, t.trial]),
+      [`val_${s.metric}`], lo, hi);
     const chart = new LineChart($("sweep-curves"),
       s.trials.map((t, i) => ({ name: t.trial, color: COLORS[i % COLORS.length] })),
       { fetchWindow });
