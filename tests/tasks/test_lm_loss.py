@@ -170,6 +170,40 @@ def test_no_more_than_one_chunk_of_logits_exists(monkeypatch):
     assert full.largest >= 3 * 11 * VOCAB  # the plain path does build the whole logits
 
 
+class _NewHeadSizedTensors(TorchDispatchMode):
+    """How many op outputs shaped like the head weight were new tensors (in-place ops,
+    whose names end in `_`, write into one that exists)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.count = tuple(shape), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inplace = func.__name__.split(".")[0].endswith("_")
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and tuple(t.shape) == self.shape and not inplace:
+                self.count += 1
+        return out
+
+
+def test_the_head_gradient_is_one_accumulator_not_a_copy_per_chunk():
+    # A [V, H] product per chunk beside the accumulator is 640 MiB more at the peak for
+    # Gemma 3's head: the chunks add into the one accumulator in place.
+    torch.manual_seed(0)
+    hidden = torch.randn(40, 16, requires_grad=True)
+    weight = torch.randn(VOCAB, 16, requires_grad=True)
+    targets = torch.randint(0, VOCAB, (40,))
+    with _NewHeadSizedTensors(weight.shape) as seen:
+        loss, _ = lm_loss.linear_cross_entropy(hidden, weight, targets, rows_per_chunk=5)
+    assert seen.count == 1  # the accumulator; 8 chunks each made one more before
+    (grad,) = torch.autograd.grad(loss, (weight,))
+    (ref,) = torch.autograd.grad(
+        lm_loss.full_cross_entropy(hidden @ weight.t(), targets)[0], (weight,)
+    )
+    torch.testing.assert_close(grad, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_head_state_dict_and_generation_are_unchanged():
     model = _gpt2().eval()
     keys = list(model.state_dict())

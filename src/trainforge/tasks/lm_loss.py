@@ -135,7 +135,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 g = g.to(dtype)
                 if grad_h is not None:
                     grad_h[start : start + rows_per_chunk] = g @ w
-                if grad_w is not None:
+                if grad_w is not None and g.dtype == torch.float32:
+                    # In place: `g.t() @ h` would be a second [V, H] (671 MB for Gemma 3's
+                    # head) beside the accumulator at every chunk.
+                    grad_w.addmm_(g.t(), h)
+                elif grad_w is not None:
                     grad_w += (g.t() @ h).float()
         ctx.grads = (grad_h, grad_w, grad_b)
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
