@@ -123,24 +123,48 @@ def test_each_architecture_trains_by_id_as_itself(
 
 
 def test_models_list_shows_the_cache_without_loading(offline_cache, tmp_path, monkeypatch, capsys):
-    from fakes.in_process import run_in_process
+    """Id, revision, commit, architecture, parameters (from the safetensors headers) and the
+    size on disk, with every way of loading weights made to fail."""
+    from huggingface_hub import scan_cache_dir
+    from safetensors.torch import load_file
 
+    from fakes.in_process import run_in_process
+    from trainforge.models.hf import human_bytes
+
+    gemma_id = FAMILIES["gemma3"].repo_id
+    folder = offline_cache.folders["gemma3"]
+    weights = sum(t.numel() for f in folder.glob("*.safetensors") for t in load_file(f).values())
+    (repo,) = [r for r in scan_cache_dir(offline_cache.root).repos if r.repo_id == gemma_id]
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("models list loaded weights")
+
+    import safetensors.torch
+    import torch
+    import transformers
+
+    for target, name in ((transformers.AutoModelForCausalLM, "from_pretrained"),
+                         (torch, "load"), (safetensors.torch, "load_file")):  # fmt: skip
+        monkeypatch.setattr(target, name, loaded)
     monkeypatch.chdir(tmp_path)
     code, out, err = run_in_process(monkeypatch, capsys, "models", "list")
     assert code == 0, err
     assert f"Hugging Face cache {offline_cache.root}: {len(FAMILIES)} model(s)" in out
     rows = {f[0]: f for f in map(str.split, out.splitlines()) if f and "/" in f[0]}
-    gemma = rows[FAMILIES["gemma3"].repo_id]
-    assert gemma[1] == "main" and gemma[2] == commit_of(FAMILIES["gemma3"].repo_id)[:10]
-    assert gemma[3] == "Gemma3ForCausalLM" and int(gemma[4].replace(",", "")) > 10_000
+    gemma = rows[gemma_id]
+    assert gemma[1] == "main" and gemma[2] == commit_of(gemma_id)[:10]
+    assert gemma[3] == "Gemma3ForCausalLM" and int(gemma[4].replace(",", "")) == weights
+    assert " ".join(gemma[5:]) == human_bytes(repo.size_on_disk)
     assert rows[FAMILIES["gpt2"].repo_id][3] == "GPT2LMHeadModel"
 
 
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_run_json_records_the_commit_and_a_resume_keeps_it(
-    offline_cache, tmp_path, monkeypatch, capsys, lm_corpus
+    name, offline_cache, tmp_path, monkeypatch, capsys, lm_corpus
 ):
-    """After the run, refs/main moves to a commit not in the cache: the resume still finds
-    the recorded one (it pins id@commit); an unpinned resolution would fail."""
+    """For each architecture by id: after the run, refs/main moves to a commit not in the
+    cache, and the resume still finds the recorded one (it pins id@commit) and continues
+    bitwise; an unpinned resolution would fail."""
     import shutil
 
     from huggingface_hub import constants
@@ -150,7 +174,7 @@ def test_run_json_records_the_commit_and_a_resume_keeps_it(
     cache = tmp_path / "hub"
     shutil.copytree(offline_cache.root, cache, symlinks=True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    repo_id = FAMILIES["gpt2"].repo_id
+    repo_id = FAMILIES[name].repo_id
     (tmp_path / "run.yaml").write_text("task:\n  kind: causal-lm\n", encoding="utf-8")
     sets = lm_overrides(
         repo_id,  # type: ignore[arg-type]
@@ -168,7 +192,7 @@ def test_run_json_records_the_commit_and_a_resume_keeps_it(
     assert json.loads(run_json.read_text())["base_model"] == {
         "id": repo_id, "revision": "main", "commit": commit,
     }  # fmt: skip
-    refs = cache / "models--openai-community--gpt2-tiny" / "refs" / "main"
+    refs = cache / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
     refs.write_text("f" * 40, encoding="utf-8")  # the branch moved on; not downloaded here
     with pytest.raises(UserError):
         resolve_hub_model(repo_id)
@@ -181,20 +205,81 @@ def test_run_json_records_the_commit_and_a_resume_keeps_it(
     assert json.loads(run_json.read_text())["base_model"]["commit"] == commit
 
 
+def _spy_on_lora(monkeypatch) -> dict:
+    """What the run's model was given: the modules peft wrapped, and how often a decoder
+    layer's first part ran inside a backward pass (its recomputation: checkpointing is on)."""
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from trainforge.models import hf
+
+    seen: dict = {"recomputed": 0}
+    apply_lora = hf.apply_lora
+
+    def spy(model, cfg):
+        wrapped = apply_lora(model, cfg)
+        seen["model_type"] = model.config.model_type
+        seen["targets"] = {n.rsplit(".", 1)[-1] for n, m in wrapped.named_modules()
+                           if hasattr(m, "lora_A")}  # fmt: skip
+
+        def count(module, args):
+            if torch._C._current_graph_task_id() != -1:  # running inside backward
+                seen["recomputed"] += 1
+
+        for layer in wrapped.modules():
+            if isinstance(layer, GradientCheckpointingLayer):  # its parts run again, not it
+                next(layer.children()).register_forward_pre_hook(count)
+        return wrapped
+
+    monkeypatch.setattr(hf, "apply_lora", spy)
+    return seen
+
+
+def _make_stop_token_the_answer(folder, stop: str, prompt: str) -> None:
+    """Rewrite the output row of `stop` so that the greedy first answer token is `stop`: a
+    scaled copy of the row the model would pick (the head untied, so the prompt's own
+    embeddings stay as they were)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainforge.generate import answer as ans
+    from trainforge.generate.sources import Settings, locate
+
+    loaded = ans.load(locate(str(folder)), Settings())
+    ids = torch.tensor([ans.prompt_ids(loaded, [{"role": "user", "content": prompt}])])
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    stop_id = AutoTokenizer.from_pretrained(folder).convert_tokens_to_ids(stop)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, -1]
+        first = int(logits.argmax())
+        head = model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        head.weight[stop_id] = head.weight[first] * (2.0 if logits[first] > 0 else 0.5)
+    model.save_pretrained(folder)
+    again = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    with torch.no_grad():
+        assert int(again(input_ids=ids).logits[0, -1].argmax()) == stop_id  # else no test
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_lora_with_peft_defaults_merged_keeps_architecture_and_stop_tokens(
-    name, offline_cache, tmp_path, lm_corpus, monkeypatch
+    name, offline_cache, tmp_path, lm_corpus, monkeypatch, capsys
 ):
-    """LoRA on peft's default target modules for the architecture, gradient checkpointing on,
-    merged into a plain model of the cached architecture with the family's stop tokens."""
+    """LoRA on peft's default target modules for the architecture, gradient checkpointing on
+    (each decoder layer recomputed in backward), merged into a plain model of the cached
+    architecture whose answers end at the family's own stop token."""
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
     from transformers import AutoModelForCausalLM, GenerationConfig
 
+    from fakes.in_process import run_in_process
     from trainforge.config import validate
     from trainforge.hardware import detect
     from trainforge.train import train
 
     monkeypatch.chdir(tmp_path)
     family = FAMILIES[name]
+    seen = _spy_on_lora(monkeypatch)
     sets = {
         "training.max_steps": 2,
         "training.per_device_train_batch_size": 4,
@@ -214,6 +299,8 @@ def test_lora_with_peft_defaults_merged_keeps_architecture_and_stop_tokens(
         overrides=lm_overrides(family.repo_id, lm_corpus["chat"], **sets),  # type: ignore[arg-type]
     )  # fmt: skip
     assert train(resolved, platform).global_step == 2
+    assert seen["targets"] == set(PEFT_DEFAULTS[seen["model_type"]])
+    assert seen["recomputed"] >= 2 * 2  # two layers, two steps: forward again in backward
     out = tmp_path / "models" / "merged"
     assert not (out / "adapter_config.json").exists()
     model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
@@ -222,3 +309,12 @@ def test_lora_with_peft_defaults_merged_keeps_architecture_and_stop_tokens(
     stops = GenerationConfig.from_pretrained(out).eos_token_id
     base = GenerationConfig.from_pretrained(offline_cache.folders[name]).eos_token_id
     assert stops == base
+    stop = family.stop_tokens[-1]  # the end of a turn where the family has one
+    _make_stop_token_the_answer(out, stop, "Say hello.")
+    capsys.readouterr()  # the training's own lines
+    code, text, err = run_in_process(
+        monkeypatch, capsys, "generate", str(out), "--prompt", "Say hello.", "--json"
+    )
+    assert code == 0, err
+    (block,) = json.loads(text)["answers"]
+    assert block["answers"] == {str(out): ""}  # stopped at once, the stop token dropped
