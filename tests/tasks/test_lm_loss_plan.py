@@ -4,6 +4,8 @@ logits would not fit the memory budget at the configured batch; unchanged where 
 from __future__ import annotations
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fakes.tiny_lm import lm_config
 from trainforge.config.plan import LMShape, lm_eval_batch, lm_eval_bytes
@@ -46,3 +48,50 @@ def test_the_task_evaluates_at_the_lowered_batch(tiny_gpt2, lm_corpus, capsys):
     task = build_task(config)
     assert 1 <= task.eval_batch_size < 512
     assert "per_device_eval_batch_size 512 lowered to" in capsys.readouterr().out
+
+
+class _LargestLogits(TorchDispatchMode):
+    """The most elements of any op output whose last dimension is the vocabulary (logits,
+    or their log-softmax), the head's [V, H] weight and its gradient aside."""
+
+    def __init__(self, vocab_size: int, hidden_size: int):
+        super().__init__()
+        self.vocab_size, self.hidden_size, self.largest = vocab_size, hidden_size, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            logits = isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == self.vocab_size
+            if logits and tuple(t.shape) != (self.hidden_size, self.vocab_size):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_evaluation_and_greedy_decoding_never_hold_the_whole_logits(
+    tiny_gpt2, lm_corpus, monkeypatch
+):
+    """Loss, perplexity, accuracy and greedy decoding over a validation set: no tensor wider
+    than a loss chunk or one decoding step's [batch, V] exists, where the whole logits of
+    one eval batch would be [batch, T, V]."""
+    from trainforge.tasks import lm_loss
+
+    config = lm_config(
+        tiny_gpt2, lm_corpus["json"],
+        **{"task.eval_generation": "true", "evaluation.per_device_eval_batch_size": 4},
+    )  # fmt: skip
+    task = build_task(config)
+    model = task.model.eval()
+    vocab, hidden = model.config.vocab_size, model.config.n_embd
+    monkeypatch.setattr(lm_loss, "CHUNK_ELEMENTS", 2 * vocab)  # two target rows per chunk
+    dataset = task.val_loader.dataset
+    rows = [len(e.input_ids) for e in dataset.examples]
+    assert len(rows) >= 4 and max(rows) > 8
+    with _LargestLogits(vocab, hidden) as seen:
+        metrics = task.evaluate_split(model, task.val_loader)
+    assert metrics["loss"] > 0 and "per" in metrics  # the decoding ran
+    assert seen.largest <= 4 * vocab  # a decoding step of the batch of 4, or a loss chunk
+    with _LargestLogits(vocab, hidden) as full, torch.no_grad():
+        batch = dataset.__getitems__(list(range(4)))
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    assert full.largest >= 4 * 8 * vocab  # what a plain forward of that batch holds
