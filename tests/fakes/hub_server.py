@@ -38,6 +38,8 @@ class HubState:
     repos: dict[str, Repo] = field(default_factory=dict)
     drop_once: set[str] = field(default_factory=set)  # file names cut on their first GET
     ranges: list[str] = field(default_factory=list)  # Range headers seen, "file bytes=N-"
+    fetched: list[str] = field(default_factory=list)  # file names whose bytes were sent
+    tokens: list[str] = field(default_factory=list)  # Authorization headers seen
 
     def add_folder(self, repo_id: str, folder: Path, revisions: dict[str, str], gated=False):
         files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
@@ -71,6 +73,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _repo(self, repo_id: str, revision: str) -> tuple[Repo, str] | None:
         repo = self.state.repos.get(repo_id)
+        if auth := self.headers.get("Authorization"):
+            self.state.tokens.append(auth)
         if repo is None:
             self._error(404, "RepoNotFound")
             return None
@@ -115,6 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
         status = 206 if start else 200
         if not body:
             return self._send(200, b"", headers, length=len(data))
+        self.state.fetched.append(name)
         if name in self.state.drop_once:  # promise every byte, send half, hang up
             self.state.drop_once.discard(name)
             self.send_response(200)

@@ -56,6 +56,52 @@ def test_an_id_downloads_into_the_cache_layout(hub, capsys):
     assert resolve_hub_model(REPO_ID, download=False).path == found.path
 
 
+def test_only_the_files_a_causal_lm_needs_are_fetched(hub):
+    """The repo also holds what a causal LM's folder does not need (PyTorch pickles, GGUF,
+    ONNX, Meta's original checkpoint): the allow-list leaves them on the Hub."""
+    state, _, _ = hub
+    extra = ("pytorch_model.bin", "model-q4.gguf", "onnx/model.onnx", "original/consolidated.pth")
+    state.repos[REPO_ID].files.update({name: b"not needed" for name in extra})
+    found = resolve_hub_model(REPO_ID)
+    assert (found.path / "model.safetensors").is_file()
+    assert not set(extra) & set(state.fetched)
+    assert not [p for p in found.path.rglob("*") if p.name in {n.split("/")[-1] for n in extra}]
+
+
+def test_a_gated_id_downloads_with_hf_token_and_the_token_is_written_nowhere(
+    hub, monkeypatch, capsys, tmp_path
+):
+    """HF_TOKEN from the environment reaches the Hub as the Authorization header; no file
+    the pull and a run from the id write holds it, nor does anything printed."""
+    from huggingface_hub import constants
+
+    from fakes.in_process import run_in_process
+    from fakes.tiny_lm import lm_overrides
+
+    state, cache, _ = hub
+    secret = "hf_trainforgeTestSecret0123456789"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setattr(constants, "HF_TOKEN", secret, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process(monkeypatch, capsys, "models", "pull", "google/gated-tiny")
+    assert code == 0, err
+    assert f"Bearer {secret}" in state.tokens
+    corpus = tmp_path / "train.jsonl"
+    corpus.write_text('{"prompt": "a b", "completion": "c d"}\n' * 16, encoding="utf-8")
+    sets = lm_overrides("google/gated-tiny", corpus, **{  # type: ignore[arg-type]
+        "training.max_steps": 1, "hardware.telemetry": "false", "logging.jsonl": "true",
+        "evaluation.eval_every_epochs": "null", "output.dir": str(tmp_path / "runs"),
+        "output.models_dir": str(tmp_path / "models"), "output.model_name": "gated"})  # fmt: skip
+    (tmp_path / "run.yaml").write_text("task:\n  kind: causal-lm\n", encoding="utf-8")
+    args = [a for s in sets for a in ("--set", s)]
+    code, trained, err = run_in_process(monkeypatch, capsys, "train", "run.yaml", *args)
+    assert code == 0, err
+    assert secret not in out + err + trained
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "run.json" for p in written) and any(cache in p.parents for p in written)
+    assert not [p for p in written if secret.encode() in p.read_bytes()]
+
+
 def test_an_interrupted_download_resumes_where_it_stopped(hub, monkeypatch):
     """The server cuts model.safetensors halfway once; the client asks for the rest (Range)."""
     from huggingface_hub import constants
