@@ -95,3 +95,34 @@ def test_evaluation_and_greedy_decoding_never_hold_the_whole_logits(
         batch = dataset.__getitems__(list(range(4)))
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     assert full.largest >= 4 * 8 * vocab  # what a plain forward of that batch holds
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_the_batch_fit_probe_pays_the_real_chunked_loss_at_its_batch(
+    tiny_gpt2, lm_corpus, monkeypatch
+):
+    """`per_device_train_batch_size: auto` measures full training steps of the task itself
+    (engine.batch_probe): at each probed size the head's loss runs over that many rows'
+    targets, chunk by chunk, as the run will; a fit from a model without its head's cost
+    would plan too large a batch for a 262k vocabulary."""
+    from trainforge.engine.batch_probe import StepRunner
+    from trainforge.tasks import lm_loss
+
+    config = lm_config(tiny_gpt2, lm_corpus["json"])
+    task = build_task(config)
+    seen: list[tuple[int, int]] = []
+    chunked = lm_loss.linear_cross_entropy
+
+    def spy(hidden, weight, targets, **kwargs):
+        seen.append((int(targets.shape[0]), int(weight.shape[0])))
+        return chunked(hidden, weight, targets, **kwargs)
+
+    monkeypatch.setattr(lm_loss, "linear_cross_entropy", spy)
+    runner = StepRunner(task, config, torch.device("cpu"))
+    for size in (2, 6):
+        seen.clear()
+        batch = runner.batch(size)
+        runner(size)
+        targets = int((batch["labels"][:, 1:] != -100).sum())
+        assert seen == [(targets, task.model.config.vocab_size)]
+    runner.close()
