@@ -8,7 +8,9 @@ the same `torch.set_num_threads`. Each run is a process of its own (`peers/lm_si
 its peak RSS is its own (`wait4`) and its start-up and exit count: the rounds alternate the
 sides' order. trainforge runs as a user runs it: `trainforge train config/g2p_cmudict.yaml`
 with `--set` overrides (no evaluation during training; its one closing validation pass
-reads a 64-word file). The peers are `peers/trl_side.py`.
+reads a 64-word file). The peers are `peers/trl_side.py`, run by the interpreter of a venv
+made from the `bench` extra (`peers/venv.py`: same torch version, nothing of trainforge's);
+their batches in trainforge's order come as a file of indices, so they import no trainforge.
 
 Throughput is non-pad tokens per second between the end of the first optimizer step and the
 end of the last (the first step warms up), counted by one hook on the model's input
@@ -93,8 +95,23 @@ def equal_batching_sets() -> dict[str, Any]:
     return sets
 
 
-def run_side(side: str, data: LmData, model: Path, recipe: Recipe, name: str) -> SideRun:
-    """One side in its own process; its timings from the step stamps it wrote at exit."""
+def write_order(data: LmData, recipe: Recipe, run_dir: Path) -> Path:
+    """trainforge's train order (`StepBatchSampler`, one process, epoch 0) flattened, for a
+    peer's sampler: the Trainer cuts it into batches of `recipe.batch`, the same batches."""
+    from trainforge.data.sampling import StepBatchSampler
+
+    order = [i for batch in StepBatchSampler(data.num_examples, recipe.seed, recipe.batch)
+             for i in batch]  # fmt: skip
+    path = run_dir / "order.json"
+    path.write_text(json.dumps(order))
+    return path
+
+
+def run_side(
+    side: str, data: LmData, model: Path, recipe: Recipe, name: str, peers: str = sys.executable
+) -> SideRun:
+    """One side in its own process (a peer by the `peers` interpreter, trainforge by this
+    one); its timings from the step stamps it wrote at exit."""
     run_dir = data.work / "runs" / name
     spec = {
         "side": "trainforge" if side.startswith("trainforge") else side,
@@ -123,12 +140,15 @@ def run_side(side: str, data: LmData, model: Path, recipe: Recipe, name: str) ->
         | (equal_batching_sets() if side == TRAINFORGE else {}),
     }
     run_dir.mkdir(parents=True, exist_ok=True)
+    ours = side.startswith("trainforge")
+    if not ours and spec["batching"] == "equal":
+        spec["order"] = str(write_order(data, recipe, run_dir))
     (run_dir / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "OMP_NUM_THREADS": str(bench_threads()), "TOKENIZERS_PARALLELISM": "false"}
     log = (run_dir / "log.txt").open("w")
     started = time.time()
     proc = subprocess.Popen(
-        [sys.executable, str(SIDE_SCRIPT), str(run_dir / "spec.json")],
+        [sys.executable if ours else peers, str(SIDE_SCRIPT), str(run_dir / "spec.json")],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(data.work),
     )  # fmt: skip
     _, status, usage = os.wait4(proc.pid, 0)
@@ -153,7 +173,13 @@ def run_side(side: str, data: LmData, model: Path, recipe: Recipe, name: str) ->
 
 
 def rounds(
-    data: LmData, model: Path, recipe: Recipe, sides: list[str], repeats: int, tag: str
+    data: LmData,
+    model: Path,
+    recipe: Recipe,
+    sides: list[str],
+    repeats: int,
+    tag: str,
+    peers: str = sys.executable,
 ) -> dict[str, list[SideRun]]:
     """Every side once per round, the order rotated each round."""
     runs: dict[str, list[SideRun]] = {side: [] for side in sides}
@@ -161,7 +187,7 @@ def rounds(
         shift = index % len(sides)
         for side in sides[shift:] + sides[:shift]:
             name = f"{tag}-{side.replace(' ', '-')}-{index}"
-            runs[side].append(run_side(side, data, model, recipe, name))
+            runs[side].append(run_side(side, data, model, recipe, name, peers))
     return runs
 
 
@@ -188,12 +214,14 @@ def side_table(title: str, runs: dict[str, list[SideRun]], losses: dict[str, flo
     return table(title, header, rows)
 
 
-def g2p_part(data: LmData, recipe: Recipe, repeats: int) -> tuple[str, dict[str, float]]:
+def g2p_part(
+    data: LmData, recipe: Recipe, repeats: int, peers: str
+) -> tuple[str, dict[str, float]]:
     sides = [TRAINFORGE, TRL, HF]
     differs = set(equal_batching_sets()) - {"data.options.packing"}
     if differs:  # trainforge's default batching is not the padded one: measure it too
         sides.insert(1, TRAINFORGE_DEFAULT)
-    runs = rounds(data, data.g2p_model, recipe, sides, repeats, "g2p")
+    runs = rounds(data, data.g2p_model, recipe, sides, repeats, "g2p", peers)
     probe = probe_set(data)
     losses = {side: probe_loss(results[-1].model_dir, probe) for side, results in runs.items()}
     title = (
@@ -217,10 +245,10 @@ def g2p_part(data: LmData, recipe: Recipe, repeats: int) -> tuple[str, dict[str,
 
 
 def gemma_part(
-    data: LmData, recipe: Recipe, repeats: int, shape: dict[str, Any]
+    data: LmData, recipe: Recipe, repeats: int, shape: dict[str, Any], peers: str
 ) -> tuple[str, dict[str, float]]:
     model = gemma_model(data, **shape)
-    runs = rounds(data, model, recipe, [TRAINFORGE, TRL], repeats, "gemma")
+    runs = rounds(data, model, recipe, [TRAINFORGE, TRL], repeats, "gemma", peers)
     from peers.lm_workload import num_parameters
 
     title = (
@@ -247,7 +275,8 @@ SETTINGS = (
     "writes its run folder, report and a closing validation of 64 words, and tokenizes the "
     "split at start-up where the peers read it pre-tokenized; weight decay skips "
     "biases and norms by each side's own rule. 'to 1st step': process start to the end of "
-    "step 1; 'after last': end of the last step to process exit."
+    "step 1; 'after last': end of the last step to process exit. Peers from their own venv "
+    "({peers})."
 )
 
 
@@ -258,18 +287,24 @@ def run(
     gemma_repeats: int = 1,
     train_lines: int | None = None,
     gemma_shape: dict[str, Any] | None = None,
+    peers: str | None = None,
 ) -> tuple[str, dict[str, float]]:
-    """Both workloads; the defaults are `make bench`'s, the arguments the test's tiny ones."""
+    """Both workloads; the defaults are `make bench`'s, the arguments the test's tiny ones.
+    `peers`: the peers' interpreter (default: the venv `peers/venv.py` makes from the
+    `bench` extra)."""
+    from peers.venv import peer_python, versions
+
+    peers = peers or str(peer_python())
     g2p = g2p or Recipe(steps=40, batch=128)
     gemma = gemma or Recipe(steps=4, batch=4, learning_rate=2e-5)
     with tempfile.TemporaryDirectory(prefix="trainforge-bench-lm-") as scratch:
         data = prepare(Path(scratch), train_lines)
         texts = [SETTINGS.format(threads=bench_threads(), lr=g2p.learning_rate,
-                                 warmup=g2p.warmup_steps)]  # fmt: skip
-        text, ratios = g2p_part(data, g2p, repeats)
+                                 warmup=g2p.warmup_steps, peers=versions(Path(peers)))]  # fmt: skip
+        text, ratios = g2p_part(data, g2p, repeats, peers)
         texts.append(text)
         if gemma_repeats:
-            text, found = gemma_part(data, gemma, gemma_repeats, gemma_shape or {})
+            text, found = gemma_part(data, gemma, gemma_repeats, gemma_shape or {}, peers)
             texts.append(text)
             ratios.update(found)
     return "\n\n".join(texts), ratios

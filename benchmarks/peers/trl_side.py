@@ -12,9 +12,10 @@ default is on; trainforge's cpu profile has it off), no logging, saving, evaluat
 bar or reporting; the optimizer is the Trainer's default (`adamw_torch_fused` with torch >= 2.8,
 the fused kernel trainforge's AdamW also uses on the CPU), cosine schedule with the same
 warm-up, the same clipping, learning rate, weight decay and seed. `equal` batching samples
-the batches in trainforge's order (`StepBatchSampler` flattened, through the Trainer's
-documented `_get_train_sampler` hook); `default` leaves each peer its own sampler and
-collator. After the last step the model is saved (`save_model`), as a user's script does.
+the batches in trainforge's order (`StepBatchSampler` flattened into a file by the benchmark,
+through the Trainer's documented `_get_train_sampler` hook); `default` leaves each peer its
+own sampler and collator. After the last step the model is saved (`save_model`), as a
+user's script does.
 """
 
 from __future__ import annotations
@@ -29,21 +30,18 @@ from torch.utils.data import Sampler
 
 
 class StepOrder(Sampler[int]):
-    """trainforge's train order (`StepBatchSampler`, one process) as a flat index sampler:
-    the Trainer cuts it into batches of `batch`, the same batches trainforge trains."""
+    """trainforge's train order as a flat index sampler, read from the file the benchmark
+    wrote (`lm_peers.write_order`; this venv has no trainforge): the Trainer cuts it into
+    batches of its batch size, the same batches trainforge trains."""
 
-    def __init__(self, num_items: int, seed: int, batch: int) -> None:
-        from trainforge.data.sampling import StepBatchSampler
-
-        self.batches = StepBatchSampler(num_items, seed, batch)
-        self.num_items = num_items
+    def __init__(self, path: str) -> None:
+        self.order = json.loads(Path(path).read_text())
 
     def __len__(self) -> int:
-        return self.num_items
+        return len(self.order)
 
     def __iter__(self):
-        for batch in self.batches:
-            yield from batch
+        yield from self.order
 
 
 def load_examples(path: str, with_labels: bool) -> Any:
@@ -93,8 +91,7 @@ def same_order(trainer_class: type, spec: dict[str, Any]) -> type:
 
     class SameOrder(trainer_class):
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
-            size = len(train_dataset if train_dataset is not None else self.train_dataset)
-            return StepOrder(size, spec["seed"], spec["batch"])
+            return StepOrder(spec["order"])
 
     return SameOrder
 

@@ -45,6 +45,41 @@ def test_trainforge_and_trl_train_the_same_tokens_to_the_same_loss(tmp_path):
     assert abs(losses[0] - losses[1]) < moved / 20
 
 
+def test_the_peers_venv_is_made_from_the_bench_extra_once(tmp_path, monkeypatch):
+    """A stale or missing venv is made with `venv` and pip from the `bench` extra beside this
+    torch version; a current stamp makes nothing (the commands are recorded, not run)."""
+    import subprocess
+    import tomllib
+
+    import torch
+    from peers import venv
+
+    monkeypatch.setenv("TRAINFORGE_PEER_VENV", str(tmp_path / "peers"))
+    calls: list[list[str]] = []
+
+    def record(argv, **kwargs):
+        calls.append([str(a) for a in argv])
+        if argv[1:3] == ["-m", "venv"]:
+            (tmp_path / "peers" / "bin").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "peers" / "bin" / "python").write_text("")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(venv.subprocess, "run", record)
+    python = venv.peer_python(log=lambda line: None)
+    assert python == tmp_path / "peers" / "bin" / "python"
+    project = tomllib.loads((venv.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    bench = project["project"]["optional-dependencies"]["bench"]
+    assert any("trl" in r for r in bench)
+    torch_pin = f"torch=={torch.__version__.split('+')[0]}"
+    assert calls[-1][-len(bench) - 1 :] == [torch_pin, *bench]
+    assert calls[0][1:3] == ["-m", "venv"] and len(calls) == 3
+    calls.clear()
+    assert venv.peer_python(log=lambda line: None) == python and calls == []
+    monkeypatch.setattr(venv, "bench_requirements", lambda: [*bench, "trl>=99"])
+    venv.peer_python(log=lambda line: None)  # the extra changed: made again
+    assert calls and calls[-1][-1] == "trl>=99"
+
+
 def test_gemma_shaped_model_is_built_with_the_tokenizer_and_tied_head(tmp_path):
     data = prepare(tmp_path, train_lines=50)
     folder = gemma_model(data, **TINY_GEMMA)
@@ -62,7 +97,7 @@ def test_gemma_shaped_model_is_built_with_the_tokenizer_and_tied_head(tmp_path):
 def test_the_whole_module_gives_every_row(tmp_path):
     text, ratios = lm_peers.run(
         lm_peers.Recipe(steps=3, batch=8), lm_peers.Recipe(steps=3, batch=2), repeats=1,
-        train_lines=200, gemma_shape=TINY_GEMMA,
+        train_lines=200, gemma_shape=TINY_GEMMA, peers=sys.executable,  # no venv made here
     )  # fmt: skip
     keys = {row[1] for row in __import__("run").BENCHMARKS if row[0] == "lm_peers"}
     assert keys <= set(ratios)
