@@ -36,15 +36,20 @@ demo: $(STAMP)
 	$(VENV)/bin/trainforge train config/vit_digits.yaml --set output.overwrite=true
 
 # The suites by marker. PYTEST_ARGS adds pytest options to every suite (test-times uses it).
+# TEST_WORKERS: pytest-xdist worker processes for the fast and long suites (`auto`: one per
+# core; 0 runs in this process, as a debugger wants). Slurm's suite stays in one process: its
+# tests share one cluster on this machine.
 FAST_TESTS := not slow and not gpu and not browser and not dist and not slurm
 LONG_TESTS := (slow or dist or browser) and not gpu and not slurm
 PYTEST_ARGS ?=
+TEST_WORKERS ?= auto
+XDIST = -n $(TEST_WORKERS)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks
 	$(LINT_SHELL)
-	$(PYTEST) -m "$(FAST_TESTS)" -q $(PYTEST_ARGS)
+	$(PYTEST) -m "$(FAST_TESTS)" -q $(XDIST) $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(PYTEST) -m "slow and not gpu and not slurm" -q $(PYTEST_ARGS)
@@ -79,11 +84,11 @@ test-long: $(STAMP)
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2; }
 	command -v chromium >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
-	$(PYTEST) -m "$(LONG_TESTS)" -q $(PYTEST_ARGS)
+	$(PYTEST) -m "$(LONG_TESTS)" -q $(XDIST) $(PYTEST_ARGS)
 
 # The 30 slowest tests of each suite CI runs (the fast one, the long ones, Slurm's).
 test-times: $(STAMP)
-	$(PYTEST) -m "$(FAST_TESTS)" -q --durations=30 $(PYTEST_ARGS)
+	$(PYTEST) -m "$(FAST_TESTS)" -q $(XDIST) --durations=30 $(PYTEST_ARGS)
 	$(MAKE) test-long PYTEST_ARGS="--durations=30 $(PYTEST_ARGS)"
 	$(MAKE) test-slurm PYTEST_ARGS="--durations=30 $(PYTEST_ARGS)"
 
@@ -124,4 +129,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format src tests scripts benchmarks
 
 clean:
-	rm -rf $(VENV) runs dist .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers runs dist .pytest_cache .ruff_cache

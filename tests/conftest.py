@@ -52,3 +52,14 @@ def digits_run(tmp_path_factory) -> Path:
     from fakes.runs import train_digits
 
     return train_digits(tmp_path_factory.mktemp("shared-runs"))
+
+
+@pytest.fixture(scope="session")
+def g2p_run(tmp_path_factory) -> Path:
+    """One finished 4-step G2P run per session, trained by the DGX Spark plan's command line
+    (small splits, a tiny model made on first use): the project folder, its run under
+    runs/g2p_cmudict-t with checkpoint-4 and its closing val and test records. Read it; a
+    test that changes a run trains its own (fakes.runs.g2p_project)."""
+    from fakes.runs import g2p_plan_command, train_g2p
+
+    return train_g2p(tmp_path_factory.mktemp("shared-g2p"), g2p_plan_command(4))

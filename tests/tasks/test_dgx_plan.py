@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,43 +20,20 @@ import pytest
 import yaml
 from tests.fakes.in_process import run_in_process
 from tests.fakes.interrupt import interrupt_script
+from tests.fakes.runs import g2p_plan_command as plan_command
+from tests.fakes.runs import g2p_project
 
 from trainforge.engine import checkpoint as ckpt
 from trainforge.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "config" / "g2p_cmudict.yaml"
 DEADLINE_S = 900  # a hung process, not speed: a loaded 2-core machine is slow to start torch
-WORDS = REPO / "example_datasets" / "g2p"
 
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A user's project: the shipped G2P config and small word<TAB>phonemes files."""
-    (tmp_path / "config").mkdir()
-    shutil.copy(CONFIG, tmp_path / "config")
-    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
-        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
-        assert all(len(line.split("\t")) == 2 for line in lines)
-        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return tmp_path
-
-
-def plan_command(max_steps: int) -> list[str]:
-    """The plan's `train` command line, plus what keeps the run small and in the project."""
-    data = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))["data"]["options"]
-    assert data["test_file"], "the config scores a test split: the test names a small one"
-    return [
-        "train", "config/g2p_cmudict.yaml",
-        # the DGX Spark plan's flags
-        "--data_file", "t.tsv", "--report_to", "tensorboard",
-        "--max_steps", str(max_steps), "--save_steps", "5",
-        # small and quick: eval and test splits, a tiny model created on first use, 1 thread
-        "--eval_file", "v.tsv", "--set", "data.options.test_file=test.tsv",
-        "--model_name_or_path", "models/tiny-g2p", "--set", "model.init_size=tiny",
-        "--profile", "cpu", "--num_threads", "1", "--batch_size", "8",
-        "--max_new_tokens", "8",
-    ]  # fmt: skip
+    return g2p_project(tmp_path)
 
 
 def test_the_plan_command_saves_checkpoints_every_save_steps(project, monkeypatch, capsys):

@@ -5,33 +5,15 @@ the validation split, and a wrong checkpoint or split is one line."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from tests.fakes.cli_args import DIGITS_TINY
 from tests.fakes.in_process import run_in_process
-from tests.tasks.test_dgx_plan import CONFIG, WORDS, plan_command
+from tests.fakes.runs import G2P_WORDS as WORDS
+from tests.fakes.runs import g2p_plan_command as plan_command
+from tests.fakes.runs import g2p_project
 
-
-def g2p_project(tmp_path):
-    """tmp_path/project with the G2P config and small train, val and test files."""
-    project = tmp_path / "project"
-    (project / "config").mkdir(parents=True)
-    shutil.copy(CONFIG, project / "config")
-    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
-        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
-        (project / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return project
-
-
-@pytest.fixture
-def g2p_run(tmp_path, monkeypatch, capsys):
-    """A finished 4-step G2P run (the plan's command, small) in tmp_path/project."""
-    project = g2p_project(tmp_path)
-    monkeypatch.chdir(project)
-    code, out, err = run_in_process(monkeypatch, capsys, *plan_command(4))
-    assert code == 0, out[-3000:] + err
-    return project
+# g2p_run (tests/conftest.py): the session's finished 4-step G2P run, read only here.
 
 
 def _final_records(run_dir) -> dict[str, dict]:
@@ -57,14 +39,16 @@ def test_evaluate_reproduces_the_runs_closing_evaluation(g2p_run, tmp_path, monk
     assert not (g2p_run / "models" / "tiny-g2p-words").exists()  # no base model made
 
 
-def test_evaluate_scores_a_csv_file_with_a_header(g2p_run, monkeypatch, capsys):
+def test_evaluate_scores_a_csv_file_with_a_header(g2p_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the file here, the shared run left as it is
     lines = (WORDS / "cmudict_val.tsv").read_text(encoding="utf-8").splitlines()[8:13]
     rows = [line.split("\t") for line in lines]
-    (g2p_run / "words.csv").write_text(
+    (tmp_path / "words.csv").write_text(
         "word,phonemes\n" + "".join(f"{w},{p}\n" for w, p in rows), encoding="utf-8"
     )
     code, out, err = run_in_process(
-        monkeypatch, capsys, "evaluate", "runs/g2p_cmudict-t", "--file", "words.csv",
+        monkeypatch, capsys, "evaluate", str(g2p_run / "runs" / "g2p_cmudict-t"),
+        "--file", "words.csv",
         "--checkpoint", "checkpoint-4",
     )  # fmt: skip
     assert code == 0, out[-3000:] + err
@@ -74,6 +58,7 @@ def test_evaluate_scores_a_csv_file_with_a_header(g2p_run, monkeypatch, capsys):
 
 
 def test_a_missing_checkpoint_is_one_line_naming_the_ones_there(g2p_run, monkeypatch, capsys):
+    monkeypatch.chdir(g2p_run)
     code, _out, err = run_in_process(
         monkeypatch, capsys, "evaluate", "runs/g2p_cmudict-t", "--checkpoint", "checkpoint-9"
     )

@@ -6,22 +6,18 @@ refused without --overwrite."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from tests.fakes.in_process import run_in_process
-from tests.tasks.test_dgx_plan import CONFIG, WORDS, plan_command
+from tests.fakes.runs import g2p_plan_command as plan_command
+from tests.fakes.runs import g2p_project
 
 
 @pytest.fixture
 def project(tmp_path):
-    """The shipped G2P config and small word<TAB>phonemes files (as test_dgx_plan's)."""
-    (tmp_path / "config").mkdir()
-    shutil.copy(CONFIG, tmp_path / "config")
-    for name, split, count in (("t", "train", 60), ("v", "val", 8), ("test", "test", 8)):
-        lines = (WORDS / f"cmudict_{split}.tsv").read_text(encoding="utf-8").splitlines()[:count]
-        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return tmp_path
+    """The shipped G2P config and small word<TAB>phonemes files; this test extends its run,
+    so it trains its own rather than the session's shared g2p_run."""
+    return g2p_project(tmp_path)
 
 
 def _written(project, name="g2p-cmudict-t") -> dict:

@@ -50,4 +50,6 @@ def make_client(project: Path) -> Iterator[Callable]:
         state = client.app.state.trainforge
         for record in state.registry.active():
             state.runner.stop(record.id)
+        # The children's ends are recorded before the registry's folder goes (tmp_path).
+        assert state.runner.join(120), "a run the test started did not stop"
         client.__exit__(None, None, None)

@@ -64,6 +64,7 @@ class Runner:
         self._slots = threading.RLock()
         self._children: dict[str, subprocess.Popen] = {}
         self._watched: set[str] = set()
+        self._threads: list[threading.Thread] = []  # the watchers of the children started here
         self.targets: TargetRuns | None = None  # the cluster runs (AppState.create sets it)
         settings.logs_path.mkdir(parents=True, exist_ok=True)
 
@@ -198,10 +199,29 @@ class Runner:
         record.attempts += 1
         record.started_at, record.finished_at = time.time(), None
         self.registry.save(record)
-        threading.Thread(
+        watcher = threading.Thread(
             target=self._wait_child, args=(record.id, process), name=f"run-{record.id}", daemon=True
-        ).start()
+        )
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [watcher]
+        watcher.start()
         return record
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the children this runner started to end and their
+        ends to be recorded; True when none is left. A server that drains, or a test that
+        removes the registry's folder after, calls it; the watchers are daemon threads
+        otherwise (a server that stops leaves its runs going: the next one adopts them)."""
+        deadline = time.monotonic() + timeout
+        while True:  # a run's end may start a queued one: its watcher joins the list
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            for thread in alive:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self, run_id: str) -> RunRecord:
         """SIGINT (the trainer checkpoints and exits 130); asked again while stopping, SIGTERM."""
