@@ -108,6 +108,15 @@ def test_unpacked_batches_carry_no_position_ids():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_cuda_sdpa_packing_matches_alone(kind):
+    # SDPA's CUDA kernels with the block-diagonal mask transformers builds from position_ids;
+    # fp32 (no TF32 for matmuls by default), so a bound near the CPU's.
+    _check_packed_equals_alone(_model(kind, "sdpa", device="cuda"), "cuda", atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash_attn")
 def test_flash_attention_varlen_packing_matches_alone():
     # flash-attention computes in bf16/fp16: the bound is bf16's, not fp32's.
