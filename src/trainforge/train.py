@@ -127,7 +127,7 @@ def _run(resolved, platform, device, resume_from: str | None, hold: Hold) -> Run
                        notes)  # fmt: skip
     if main:
         resume.record_run(folder, resolved, trainer, source.record() if source else None)
-        header.warn_space(folder, config, task.model)
+        header.warn_space(folder, config, task.model, trainer.steps_per_epoch)
     _resume(trainer, folder, start_from, config)
     steady_state()
     result = outputs.fit_or_abort(trainer.fit, folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from trainforge.doctor import Context, diagnose, main
-from trainforge.doctor.checks import arch_runs_on, checkpoints_kept
+from trainforge.doctor.checks import arch_runs_on
 from trainforge.doctor.facts import (
     find_cusparselt,
     gather_facts,
@@ -26,6 +26,7 @@ from trainforge.doctor.facts import (
     read_driver_version,
     read_nv_queue_reports,
 )
+from trainforge.engine.checkpoint import checkpoints_kept, periodic_saves
 from trainforge.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,14 +183,58 @@ def test_disk_estimate_counts_every_kept_checkpoint() -> None:
     from trainforge.config import RunConfig
 
     config = RunConfig.model_validate({"checkpoint": {"save_total_limit": 3, "save_best": True}})
-    assert checkpoints_kept(config) == 3 + 1 + 2
+    assert checkpoints_kept(config.checkpoint, config.training, None) == 3 + 1 + 2
     unlimited = RunConfig.model_validate(
         {
             "checkpoint": {"save_total_limit": None, "save_every_epochs": 5},
             "training": {"num_train_epochs": 100},
         }
     )
-    assert checkpoints_kept(unlimited) == 20 + 1 + 2
+    # 20 epoch checkpoints; the last lands on the run's last step, so no extra one
+    assert checkpoints_kept(unlimited.checkpoint, unlimited.training, None) == 20 + 1 + 2
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "training", "steps_per_epoch", "saves"),
+    [
+        # The DGX plan's cadence: by step only, every one kept; the run's end is step 500's
+        ({"save_steps": 100, "save_every_epochs": None}, {"max_steps": 500}, 7, 5),
+        ({"save_steps": 100, "save_every_epochs": None}, {"max_steps": 550}, 7, 5 + 1),
+        # by step beside epochs shorter than save_steps: the epoch ones are skipped
+        ({"save_steps": 100, "save_every_epochs": 1}, {"num_train_epochs": 30}, 10, 3),
+        # by step and by epoch (epochs of 200 steps): 10 + 5, the end already saved; an epoch's
+        # end on a save_steps step is one folder and a link, so this bounds the disk from above
+        ({"save_steps": 100, "save_every_epochs": 1}, {"num_train_epochs": 5}, 200, 15),
+        # nothing periodic: the run's last step only
+        ({"save_steps": None, "save_every_epochs": None}, {"max_steps": 40}, 7, 1),
+    ],
+)
+def test_periodic_saves_count_save_steps_as_the_cadence_writes_them(
+    checkpoint, training, steps_per_epoch, saves
+) -> None:
+    """The count a run's start line and doctor give: it counted epochs only before, so a run
+    by save_steps with save_total_limit null (every checkpoint kept) was told 1 + 3."""
+    from trainforge.config import RunConfig
+
+    config = RunConfig.model_validate(
+        {"checkpoint": {**checkpoint, "save_total_limit": None}, "training": training}
+    )
+    assert periodic_saves(config.checkpoint, config.training, steps_per_epoch) == saves
+    assert checkpoints_kept(config.checkpoint, config.training, steps_per_epoch) == (
+        saves + int(config.checkpoint.save_best) + 2
+    )
+
+
+def test_save_steps_without_steps_per_epoch_is_not_guessed() -> None:
+    from trainforge.config import RunConfig
+
+    config = RunConfig.model_validate(
+        {"checkpoint": {"save_steps": 50, "save_total_limit": None}, "training": {}}
+    )
+    assert periodic_saves(config.checkpoint, config.training, None) is None
+    assert checkpoints_kept(config.checkpoint, config.training, None) is None
+    limited = RunConfig.model_validate({"checkpoint": {"save_steps": 50, "save_total_limit": 2}})
+    assert checkpoints_kept(limited.checkpoint, limited.training, None) == 2 + 1 + 2
 
 
 def test_memory_budget_larger_than_the_board(capsys) -> None:

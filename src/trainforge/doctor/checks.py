@@ -390,16 +390,6 @@ def estimate_parameters(config: RunConfig) -> int | None:
     return sum(p.numel() for p in model.parameters())
 
 
-def checkpoints_kept(config: RunConfig) -> int:
-    """Checkpoint folders on disk at the worst moment of a run."""
-    from trainforge.engine import checkpoint as ckpt
-
-    saving = config.checkpoint
-    every = saving.save_every_epochs or 1
-    saves = math.ceil(config.training.num_train_epochs / every)
-    return ckpt.most_kept(saving.save_total_limit, saves, saving.save_best)
-
-
 def check_disk(ctx: Context, estimate: Callable[[RunConfig], int | None]) -> Finding:
     facts = ctx.facts
     if facts.disk_free_bytes is None:
@@ -408,7 +398,19 @@ def check_disk(ctx: Context, estimate: Callable[[RunConfig], int | None]) -> Fin
     params = estimate(ctx.config) if ctx.config is not None else None
     if params is None or ctx.config is None:
         return Finding("disk space", "ok", f"{free_gib:.1f} GiB free at {facts.disk_path}")
-    kept = checkpoints_kept(ctx.config)
+    from trainforge.engine import checkpoint as ckpt
+
+    config = ctx.config
+    # No data is read here: where the count needs the steps per epoch, the run's start
+    # line gives it (`run.header.warn_space`).
+    kept = ckpt.checkpoints_kept(config.checkpoint, config.training, None)
+    if kept is None:
+        return Finding(
+            "disk space", "ok",
+            f"{free_gib:.1f} GiB free at {facts.disk_path}; every save_steps checkpoint is kept "
+            "(checkpoint.save_total_limit: null), so the need depends on the data's steps per "
+            "epoch: the run's start line says it",
+        )  # fmt: skip
     need = params * (CHECKPOINT_BYTES_PER_PARAM * kept + FINAL_MODEL_BYTES_PER_PARAM)
     need_gib = need / 1024**3
     detail = (

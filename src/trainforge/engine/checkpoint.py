@@ -139,6 +139,52 @@ def most_kept(save_total_limit: int | None, periodic_saves: int, save_best: bool
     return periodic + int(save_best) + 2
 
 
+def periodic_saves(checkpoint: Any, training: Any, steps_per_epoch: int | None) -> int | None:
+    """The rotated checkpoints a run writes, as `callbacks.CheckpointCadence` writes them:
+    one every `save_steps`, one every `save_every_epochs` (skipped where epochs are shorter
+    than `save_steps`), and the run's last step where neither landed on it; an epoch's end on
+    a `save_steps` step counts twice though it is one folder and a link (`alias`), so the
+    count bounds the disk from above. None where that
+    needs the steps per epoch and they are not known (a config checked before its data is
+    read, with `save_steps` and no `max_steps`)."""
+    import math
+
+    every, by_step = checkpoint.save_every_epochs, checkpoint.save_steps
+    if steps_per_epoch:
+        total = (
+            training.max_steps
+            if training.max_steps > 0
+            else max(1, math.ceil(training.num_train_epochs * steps_per_epoch))
+        )
+        epochs, ends_an_epoch = math.ceil(total / steps_per_epoch), total % steps_per_epoch == 0
+    elif training.max_steps > 0:
+        total, epochs, ends_an_epoch = training.max_steps, None, False
+    else:
+        epochs = math.ceil(training.num_train_epochs)
+        total, ends_an_epoch = None, epochs == training.num_train_epochs
+    saves, last_saved = 0, False
+    if by_step:
+        if total is None:
+            return None
+        saves, last_saved = total // by_step, total % by_step == 0
+    shorter = by_step and steps_per_epoch and steps_per_epoch * (every or 0) < by_step
+    if every and not shorter:
+        if epochs is None:
+            return None
+        saves += epochs // every
+        last_saved = last_saved or (ends_an_epoch and epochs % every == 0)
+    return saves + (0 if last_saved else 1)
+
+
+def checkpoints_kept(checkpoint: Any, training: Any, steps_per_epoch: int | None) -> int | None:
+    """Checkpoint folders on disk at the worst moment of a run (`most_kept` over
+    `periodic_saves`); None where rotation keeps every one and their count is not known."""
+    saves = periodic_saves(checkpoint, training, steps_per_epoch)
+    if saves is None and checkpoint.save_total_limit is None:
+        return None
+    return most_kept(checkpoint.save_total_limit, saves or 1, checkpoint.save_best)
+
+
 def dcp_folder(folder: Path) -> Path:
     """The torch.distributed.checkpoint shards of checkpoint `folder` (an FSDP run's)."""
     return folder / "dcp"

@@ -179,14 +179,15 @@ def validation_line(config: RunConfig, loop: Loop) -> str:
     return line
 
 
-def warn_space(folder: RunFolder, config: RunConfig, model: Any) -> None:
+def warn_space(folder: RunFolder, config: RunConfig, model: Any, steps_per_epoch: int) -> None:
     """The disk the checkpoints the run keeps will need (one line at start), and a warning
-    line when the disk cannot hold them."""
-    from trainforge.doctor.checks import checkpoints_kept
+    line when the disk cannot hold them: counted from the run's own steps per epoch, so
+    checkpoints by `save_steps` count as the epoch ones do."""
     from trainforge.engine import checkpoint as ckpt
     from trainforge.storage import free_bytes, size_text
 
-    one, kept = ckpt.estimate_bytes(model), checkpoints_kept(config)
+    one = ckpt.estimate_bytes(model)
+    kept = ckpt.checkpoints_kept(config.checkpoint, config.training, steps_per_epoch) or 1
     free = free_bytes(folder.path)
     print(
         f"disk: checkpoints need about {size_text(one * kept)} ({kept} kept at most x "
