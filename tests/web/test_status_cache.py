@@ -104,7 +104,7 @@ def test_the_status_fast_path_answers_known_runs_behind_the_access_token(make_cl
     def routed(*args):
         raise AssertionError("the router answered a status poll")
 
-    monkeypatch.setattr(api, "_record", routed)  # the router's way to the record
+    monkeypatch.setattr(api, "run_record", routed)  # the router's way to the record
     answer = client.get("/api/runs/digits-web", headers=auth)
     assert answer.status_code == 200 and answer.json()["status"] == "completed"
     monkeypatch.undo()

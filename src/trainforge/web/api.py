@@ -32,8 +32,8 @@ from trainforge.web.cli_runs import signalable
 from trainforge.web.db import RunRecord
 from trainforge.web.dialog import FormErrors, TrainForm, defaults, validate_form
 from trainforge.web.limits import MAX_NAME, MAX_PATH, cut
+from trainforge.web.lookup import run_record
 from trainforge.web.model_list import list_models
-from trainforge.web.paths import shown
 from trainforge.web.run_files import log_tail, read_records
 from trainforge.web.settings import is_plain_name, is_trial_id
 
@@ -44,15 +44,6 @@ _EVENT_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "eve
 
 def _state(request: Request) -> AppState:
     return request.app.state.trainforge
-
-
-def _record(state: AppState, run_id: str) -> RunRecord:
-    if not is_plain_name(run_id):
-        raise HTTPException(400, f"run id {shown(run_id)} is not a plain name")
-    record = state.get_run(run_id)
-    if record is None:
-        raise HTTPException(404, f"no run {shown(run_id)}")
-    return record
 
 
 def _app_run(state: AppState, record: RunRecord, action: str) -> None:
@@ -181,7 +172,7 @@ def list_runs(request: Request) -> list[RunOut]:
 async def get_run(request: Request, run_id: str) -> Response:
     """A run: status, step, latest metrics per split, checkpoints, report link."""
     state = _state(request)
-    return status_response(state, _record(state, run_id), request.headers.get("if-none-match"))
+    return status_response(state, run_record(state, run_id), request.headers.get("if-none-match"))
 
 
 def status_response(state: AppState, record: RunRecord, if_none_match: str | None) -> Response:
@@ -227,7 +218,7 @@ def stop_run(request: Request, run_id: str) -> RunOut:
     Asked again while it is stopping: SIGTERM. A queued run is cancelled. A command-line
     run gets SIGINT where this server may signal its process (same user), else 409."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     if state.registry.get(record.id) is None:
         return _stop_cli_run(state, record)
     try:
@@ -241,7 +232,7 @@ def stop_run(request: Request, run_id: str) -> RunOut:
 def cancel_run(request: Request, run_id: str) -> RunOut:
     """Take a queued run out of the queue before it starts (a running one: use stop)."""
     state = _state(request)
-    _app_run(state, _record(state, run_id), "cancel")
+    _app_run(state, run_record(state, run_id), "cancel")
     try:
         record = state.runner.cancel(run_id)
     except UserError as err:
@@ -254,7 +245,7 @@ def resume_run(request: Request, run_id: str) -> RunOut:
     """Start the run again as `trainforge train --resume runs/NAME`: its newest good
     checkpoint, with the recipe recorded in the run folder's run.json."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     recorded = state.settings.run_folder(record.id).is_run()
     if not recorded and not (state.settings.root / record.config).is_file():
         # Without run.json the attempt names the config file again (runner.attempt_args).
@@ -274,7 +265,7 @@ def resume_run(request: Request, run_id: str) -> RunOut:
 def run_metrics(request: Request, run_id: str, offset: int = Query(0, ge=0)) -> dict[str, Any]:
     """The run's metrics records after byte `offset`, and the offset to ask from next."""
     state = _state(request)
-    return metrics_after(state, _record(state, run_id), offset)
+    return metrics_after(state, run_record(state, run_id), offset)
 
 
 def metrics_after(state: AppState, record: RunRecord, offset: int) -> dict[str, Any]:
@@ -293,7 +284,7 @@ def run_series(
     the newest record per split, and the byte offset the event stream continues from. With
     `lo` and `hi`: that step window, as raw points when it holds 1,000 or fewer a series."""
     state = _state(request)
-    return series_answer(state, _record(state, run_id), lo, hi)
+    return series_answer(state, run_record(state, run_id), lo, hi)
 
 
 def series_answer(
@@ -316,7 +307,7 @@ _SERIES = series.Cache()
 @router.get("/runs/{run_id}/log", responses={400: {}, 404: {}})
 def run_log(request: Request, run_id: str, lines: int = Query(40, ge=1, le=1000)) -> dict:
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     return {"lines": log_tail(state.runner.log_path(record.id), lines)}
 
 
@@ -330,7 +321,7 @@ async def run_events(
     """Server-sent events: `metrics` (new metrics records), `status` (the run),
     `end` once the run is no longer active and every record was sent."""
     state = _state(request)
-    return event_stream(request, state, _record(state, run_id), offset, last_event_id)
+    return event_stream(request, state, run_record(state, run_id), offset, last_event_id)
 
 
 def event_stream(

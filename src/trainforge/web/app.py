@@ -39,6 +39,7 @@ from trainforge.web import api, api_targets, artefacts, compare, run_manage, swe
 from trainforge.web.app_state import AppState
 from trainforge.web.limits import MAX_NAME, BodyLimit, cut
 from trainforge.web.links import add_links
+from trainforge.web.lookup import run_record
 from trainforge.web.model_list import human_bytes, list_models
 from trainforge.web.settings import NAME_RULE, WebSettings, is_plain_name
 from trainforge.web.try_model import router as try_router
@@ -234,12 +235,12 @@ def _add_pages(app: FastAPI, state: AppState) -> None:
     def run_page(request: Request, run_id: str) -> Response:
         if is_plain_name(run_id) and sweeps.is_sweep(state, run_id):
             return RedirectResponse(f"/sweeps/{run_id}", status_code=303)  # a sweep's page
-        record = api._record(state, run_id)
+        record = run_record(state, run_id)
         return page(request, "run.html", "runs", run=state.run_view(record), sweep=None)
 
     @app.get("/runs/{run_id}/report", include_in_schema=False)
     def run_report(run_id: str) -> FileResponse:
-        record = api._record(state, run_id)
+        record = run_record(state, run_id)
         path = state.settings.run_folder(record.id).report
         # The path rule (web/paths.py): a report that is a symlink out of the runs folder is
         # not served.

@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
 from trainforge.runfolder import RunFolder, summary_file
-from trainforge.web.api import _record
 from trainforge.web.app_state import AppState
 from trainforge.web.db import RunRecord
+from trainforge.web.lookup import run_record
 from trainforge.web.run_files import log_tail, read_summary
 
 router = APIRouter(prefix="/api")
@@ -112,7 +112,7 @@ def _zip(folder: Path) -> Path:
 def download_model(request: Request, run_id: str) -> FileResponse:
     """The run's final model: model.safetensors, or a zip of its Hugging Face folder."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     source = model_source(state, record)
     if source is None:
         raise HTTPException(404, f"run {record.id} has no final model (it did not complete)")
@@ -176,14 +176,14 @@ def _status(state: AppState, record: RunRecord) -> dict[str, Any]:
 def export_status(request: Request, run_id: str) -> dict[str, Any]:
     """The run's export: running or not, its output, and the artifacts written so far."""
     state = _state(request)
-    return _status(state, _record(state, run_id))
+    return _status(state, run_record(state, run_id))
 
 
 @router.post("/runs/{run_id}/export", status_code=202, responses={400: {}, 404: {}, 409: {}})
 def start_export(request: Request, run_id: str, body: ExportRequest) -> dict[str, Any]:
     """Start `trainforge export runs/NAME -f FORMAT ...` in a subprocess."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     if model_source(state, record) is None:
         raise HTTPException(409, f"run {record.id} has no final model to export yet")
     folder = state.settings.cli_run_folder(record.id)

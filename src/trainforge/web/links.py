@@ -20,8 +20,8 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-from trainforge.web.api import _record
 from trainforge.web.app_state import AppState
+from trainforge.web.lookup import run_record
 from trainforge.web.paths import shown
 from trainforge.web.run_files import readable_files
 from trainforge.web.settings import is_plain_name
@@ -62,7 +62,7 @@ def add_links(app: FastAPI, state: AppState, page) -> None:
 
     @app.get("/runs/{run_id}/files/{name}", include_in_schema=False)
     def run_file(run_id: str, name: str) -> FileResponse:
-        record = _record(state, run_id)
+        record = run_record(state, run_id)
         folder = state.settings.run_folder(record.id)
         path = readable_files(folder).get(name)
         if path is None:

@@ -17,11 +17,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainforge.web.api import _record
 from trainforge.web.api_models import RunOut
 from trainforge.web.app_state import AppState
 from trainforge.web.db import RunMeta
 from trainforge.web.limits import MAX_NAME, MAX_TEXT
+from trainforge.web.lookup import run_record
 from trainforge.web.settings import is_trial_id
 
 router = APIRouter(prefix="/api")
@@ -46,7 +46,7 @@ def _state(request: Request) -> AppState:
 def set_meta(request: Request, run_id: str, body: MetaRequest) -> RunOut:
     """Rename a run (its display name), set its tags or its note."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     old = state.registry.meta(record.id)
     tags = old.tags
     if body.tags is not None:
@@ -65,7 +65,7 @@ def set_meta(request: Request, run_id: str, body: MetaRequest) -> RunOut:
 def delete_run(request: Request, run_id: str) -> None:
     """Delete a finished run: its run folder and its rows. Never while it runs."""
     state = _state(request)
-    record = _record(state, run_id)
+    record = run_record(state, run_id)
     if is_trial_id(record.id):
         sweep = record.id.partition("/")[0]
         raise HTTPException(409, f"{record.id} is a trial of sweep {sweep}: delete the sweep")

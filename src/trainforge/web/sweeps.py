@@ -35,6 +35,7 @@ from trainforge.web.limits import (
     cut,
     yaml_alias,
 )
+from trainforge.web.lookup import trial_record
 from trainforge.web.paths import (
     PathRefused,
     config_file,
@@ -43,7 +44,7 @@ from trainforge.web.paths import (
     setting_problem,
     shown,
 )
-from trainforge.web.settings import check_name, is_trial_id
+from trainforge.web.settings import check_name
 
 HERE = Path(__file__).parent
 router = APIRouter(prefix="/api")
@@ -370,16 +371,3 @@ def add_pages(app: Any, state: Any) -> None:
         return FileResponse(write_report(folder, found, request), media_type="text/html")
 
     add_compare(app, state, page)
-
-
-def trial_record(state: Any, sweep: str, trial: str) -> RunRecord:
-    """A sweep's trial as a run: 400 for a name that is no trial's, 404 when its folder
-    holds none. (Here, not in `trials`, which serves the trial API and imports the run API:
-    the sweep pages need the lookup without that import.)"""
-    run_id = f"{sweep}/{trial}"
-    if not is_trial_id(run_id):
-        raise HTTPException(400, f"{shown(run_id)} is not SWEEP/trial-NNN")
-    record = state.get_run(run_id)
-    if record is None:
-        raise HTTPException(404, f"no trial {run_id}")
-    return record

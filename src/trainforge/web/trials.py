@@ -14,8 +14,8 @@ from trainforge.sweep.study import SweepFolder
 from trainforge.web.api import event_stream, metrics_after, series_answer, status_response
 from trainforge.web.api_models import RunOut
 from trainforge.web.app_state import AppState
+from trainforge.web.lookup import trial_record
 from trainforge.web.run_files import log_tail
-from trainforge.web.sweeps import trial_record
 
 router = APIRouter(prefix="/api/runs/{sweep}/trials/{trial}")
 _EVENT_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "event stream"}}
