@@ -18,7 +18,7 @@ import platform as _stdlib_platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -175,34 +175,18 @@ def build_job(
     """Check every option and the config (for the nodes the job will run on); UserError else.
     `max_nodes` makes the job elastic: it may run on `nodes` to `max_nodes` nodes.
     `train_flags` are `trainforge train` flags (without the config), judged with it and
-    passed to the job's train line as given. Over 60 lines: the options are the signature."""
-    from trainforge.config import validate
-
-    words = list(train_flags or [])
-    flags = read_train_flags(words)
-    profile = profile or flags.profile
+    passed to the job's train line as given."""
     extra = _check_options(
         time, partition, account, job_name, output_dir, sbatch_options, gpus_per_node,
         procs_per_node,
     )  # fmt: skip
     nproc = gpus_per_node or procs_per_node or 1
-    # CPU processes talk over Gloo and stay on the CPU even on a node with a GPU (rank 1
-    # would otherwise ask for cuda:1); the user's own --set values come later and win.
-    cpu_sets = ["hardware.distributed_backend=gloo", "training.device=cpu"]
-    sets = ([] if gpus_per_node else cpu_sets) + list(overrides or [])
-    profile_words = ["--profile", profile] if profile and not flags.profile else []
-    train_args = profile_words + [word for item in sets for word in ("--set", item)] + words
+    flags = read_train_flags(list(train_flags or []))
+    profile = profile or flags.profile
+    sets, train_args = _train_line(flags, profile, gpus_per_node, overrides, train_flags)
     # Judged, and planned, for the nodes and processes it asks for: both ends of a range.
     for count in sorted({nodes, max_nodes or nodes}, reverse=True):
-        resolved = validate(
-            config,
-            platform=target_platform(count, gpus_per_node),
-            profile=profile,
-            overrides=sets + flags.overrides,
-            flags=flags.flags,
-            flag_sources=flags.sources,
-            world_size=count * nproc,
-        )
+        resolved = _judge(config, flags, sets, profile, count, gpus_per_node, nproc)
     workers = resolved.config.data.dataloader_num_workers
     return SlurmJob(
         config=str(config),
@@ -220,6 +204,46 @@ def build_job(
         env_bin=str(Path(sys.executable).parent),
         profile_note=_profile_note(resolved.profile.name, resolved.profile_reason, gpus_per_node),
         max_nodes=max_nodes if max_nodes and max_nodes > nodes else None,
+    )
+
+
+def _train_line(
+    flags: Any,
+    profile: str | None,
+    gpus_per_node: int,
+    overrides: list[str] | None,
+    train_flags: list[str] | None,
+) -> tuple[list[str], list[str]]:
+    """(the --set values the job adds, the job's `trainforge train` arguments)."""
+    # CPU processes talk over Gloo and stay on the CPU even on a node with a GPU (rank 1
+    # would otherwise ask for cuda:1); the user's own --set values come later and win.
+    cpu_sets = ["hardware.distributed_backend=gloo", "training.device=cpu"]
+    sets = ([] if gpus_per_node else cpu_sets) + list(overrides or [])
+    profile_words = ["--profile", profile] if profile and not flags.profile else []
+    train_args = [*profile_words, *(w for item in sets for w in ("--set", item))]
+    return sets, train_args + list(train_flags or [])
+
+
+def _judge(
+    config: Path,
+    flags: Any,
+    sets: list[str],
+    profile: str | None,
+    nodes: int,
+    gpus_per_node: int,
+    nproc: int,
+) -> Any:
+    """The config validated and planned for `nodes` nodes of `nproc` processes."""
+    from trainforge.config import validate
+
+    return validate(
+        config,
+        platform=target_platform(nodes, gpus_per_node),
+        profile=profile,
+        overrides=sets + flags.overrides,
+        flags=flags.flags,
+        flag_sources=flags.sources,
+        world_size=nodes * nproc,
     )
 
 
