@@ -7,10 +7,13 @@ Heavy imports (torch) happen inside the commands that need them, so `validate`,
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -564,76 +567,63 @@ def generate_cmd(
                         settings=settings))  # fmt: skip
 
 
-@app.command(
-    "models",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def models(ctx: typer.Context) -> None:
-    """Hugging Face model folders: `models list`, `models init NAME --arch gpt2|llama ...`."""
-    from trainforge.models.cli import main as models_main
+@dataclass(frozen=True)
+class Forwarded:
+    """A command whose words go, as given, to its module's own parser: `run` is
+    "module:function" taking the words (and `send=` where `send` is set: the function that
+    hands the rendered job to `--target NAME`), imported only when the command runs."""
 
-    _exit_with(models_main(list(ctx.args)))
-
-
-@app.command("targets", context_settings=_FORWARD, add_help_option=False)
-def targets_cmd(ctx: typer.Context) -> None:
-    """Where runs execute: `targets list`, `targets add NAME --host H`, `targets check NAME`."""
-    from trainforge.targets.cli import main as targets_main
-
-    _exit_with(targets_main(list(ctx.args)))
+    name: str
+    run: str
+    help: str
+    send: Callable[[str, Path | None], Any] | None = None
 
 
-@app.command("jobs", context_settings=_FORWARD, add_help_option=False)
-def jobs_cmd(ctx: typer.Context) -> None:
-    """Runs on targets: `jobs [--json]`, `jobs submit|logs|stop|resume|pull ...`."""
-    from trainforge.targets.jobs_cli import main as jobs_main
-
-    _exit_with(jobs_main(list(ctx.args)))
-
-
-@app.command("render", context_settings=_FORWARD, add_help_option=False)
-def render_cmd(ctx: typer.Context) -> None:
-    """Render a run for SkyPilot or Kubeflow: `render skypilot|kubeflow CONFIG --nodes N`."""
-    from trainforge.launch.render_cli import main as render_main
-
-    _exit_with(render_main(list(ctx.args)))
-
-
-@app.command("export", context_settings=_FORWARD, add_help_option=False)
-def export_cmd(ctx: typer.Context) -> None:
-    """Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."""
-    from trainforge.export.cli import export_main
-
-    _exit_with(export_main(list(ctx.args)))
-
-
-@app.command("bench-infer", context_settings=_FORWARD, add_help_option=False)
-def bench_infer_cmd(ctx: typer.Context) -> None:
-    """Inference latency of export artifacts side by side: `bench-infer ARTIFACT...`."""
-    from trainforge.export.cli import bench_main
-
-    _exit_with(bench_main(list(ctx.args)))
+# The forwarding commands, in one table (`trainforge --help` lists them in this order).
+FORWARDED = (
+    Forwarded("models", "trainforge.models.cli:main",
+              "Hugging Face model folders: `models list`, `models init NAME --arch gpt2|llama "
+              "...`."),
+    Forwarded("targets", "trainforge.targets.cli:main",
+              "Where runs execute: `targets list`, `targets add NAME --host H`, `targets check "
+              "NAME`."),
+    Forwarded("jobs", "trainforge.targets.jobs_cli:main",
+              "Runs on targets: `jobs [--json]`, `jobs submit|logs|stop|resume|pull ...`."),
+    Forwarded("render", "trainforge.launch.render_cli:main",
+              "Render a run for SkyPilot or Kubeflow: `render skypilot|kubeflow CONFIG --nodes "
+              "N`."),
+    Forwarded("export", "trainforge.export.cli:export_main",
+              "Export a run: `export RUN_OR_CHECKPOINT --format onnx|int8|pruned|safetensors`."),
+    Forwarded("bench-infer", "trainforge.export.cli:bench_main",
+              "Inference latency of export artifacts side by side: `bench-infer ARTIFACT...`."),
+    Forwarded("slurm", "trainforge.launch.cli:slurm_main",
+              "Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS "
+              "[--submit] [--target NAME] [train flags]`.", _send_to),
+    Forwarded("sweep", "trainforge.sweep.cli:sweep_main",
+              "Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N "
+              "TRAIN_FLAGS...` [--slurm --time T --submit [--target NAME]]; `sweep status "
+              "runs/NAME` (--help: options).", _send_sweep_to),
+)  # fmt: skip
 
 
-@app.command("slurm", context_settings=_FORWARD, add_help_option=False)
-def slurm_cmd(ctx: typer.Context) -> None:
-    """Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS [--submit]
-    [--target NAME] [train flags]`."""
-    from trainforge.launch.cli import slurm_main
+def _forward(entry: Forwarded) -> None:
+    def command(ctx: typer.Context) -> None:
+        module, _, function = entry.run.partition(":")
+        run = getattr(importlib.import_module(module), function)
+        words = list(ctx.args)
+        if entry.send is None:
+            _exit_with(run(words))
+            return
+        target, words = _target_of(words)
+        _exit_with(run(words, send=entry.send(*target) if target else None))
 
-    target, words = _target_of(list(ctx.args))
-    _exit_with(slurm_main(words, send=_send_to(*target) if target else None))
+    app.command(entry.name, help=entry.help, context_settings=_FORWARD, add_help_option=False)(
+        command
+    )
 
 
-@app.command("sweep", context_settings=_FORWARD, add_help_option=False)
-def sweep_cmd(ctx: typer.Context) -> None:
-    """Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N TRAIN_FLAGS...`
-    [--slurm --time T --submit [--target NAME]]; `sweep status runs/NAME` (--help: options)."""
-    from trainforge.sweep.cli import sweep_main
-
-    target, words = _target_of(list(ctx.args))
-    _exit_with(sweep_main(words, send=_send_sweep_to(*target) if target else None))
+for _entry in FORWARDED:
+    _forward(_entry)
 
 
 @app.command()
