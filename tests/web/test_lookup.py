@@ -1,6 +1,7 @@
 """The one lookup of a run named in a URL (`web.lookup`): 400 before any path for a name that
-is not one, 404 where no run is behind it, for plain runs and sweep trials alike; and every
-web module takes it from there (no second copy with its own messages)."""
+is not one, 404 where no run is behind it, for plain runs and sweep trials alike, and no web
+module with its own copy; and the one list of path-carrying settings (`web.paths`) that the
+dialog's overrides box reads."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def test_no_web_module_raises_its_own_run_lookup_errors():
         text = path.read_text(encoding="utf-8")
         found = [o for o in own if o in text]
         assert not found, (path.name, found)
+
+
+def test_the_path_settings_list_says_which_the_overrides_box_may_set():
+    """One list of path-carrying settings for the path rule and the dialog: the dialog's own
+    ones are refused in the overrides box, the user's ones (extensions, init_from, the W&B
+    folder) are path-checked there instead."""
+    from trainforge.web.dialog import RESERVED_PREFIXES
+    from trainforge.web.paths import PATH_SETTINGS
+
+    assert {"model.init_from", "extensions"} <= {k for k, o in PATH_SETTINGS.items() if o == "user"}
+    for key, owner in PATH_SETTINGS.items():
+        assert owner in {"user", "dialog"}
+        assert key.startswith(RESERVED_PREFIXES) == (owner == "dialog"), key

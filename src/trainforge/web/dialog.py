@@ -41,6 +41,7 @@ from trainforge.registry import TASKS
 from trainforge.web.limits import yaml_alias
 from trainforge.web.model_list import list_model_names
 from trainforge.web.paths import (
+    PATH_SETTINGS,
     PathRefused,
     config_file,
     config_files,
@@ -69,19 +70,12 @@ FIELD_PATHS = {
     # is refused beside the profile that asked for it.
     "training.precision": "profile",
 }
-# Fields the dialog owns or the server decides: not settable through the overrides box.
+# Fields the dialog owns or the server decides: not settable through the overrides box (the
+# path settings' owners come from their one list, `web.paths.PATH_SETTINGS`).
 RESERVED_PREFIXES = (
     "output.",
     "profile",
-    "data.root",
-    "data.options.train_file",
-    "data.options.validation_file",
-    "data.options.test_file",
-    "data.train_file",  # the old flat spellings of the same three
-    "data.validation_file",
-    "data.test_file",
-    "hardware.swap_directory",
-    "model.model_name_or_path",
+    *(key for key, owner in PATH_SETTINGS.items() if owner == "dialog"),
 )
 
 

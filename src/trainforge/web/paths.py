@@ -24,24 +24,27 @@ from trainforge.errors import UserError
 from trainforge.web.settings import WebSettings
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-# Config settings whose value is a path (or a list of them): the rule applies to each. A
-# plain module name in `extensions` (no '/', not a .py file) imports an installed package.
-PATH_SETTINGS = (
-    "extensions",
-    "data.root",
-    "data.options.train_file",
-    "data.options.validation_file",
-    "data.options.test_file",
-    "data.train_file",  # the old flat spellings of the same three
-    "data.validation_file",
-    "data.test_file",
-    "model.model_name_or_path",
-    "model.init_from",
-    "logging.wandb_dir",
-    "output.dir",
-    "output.models_dir",
-    "hardware.swap_directory",
-)
+# Config settings whose value is a path (or a list of them), in one list for the path rule
+# and for the dialog: the rule applies to each, and the value says who may set it. "user":
+# the dialog's overrides box may; "dialog": the dialog's own fields or the server's folders
+# set it, so the box refuses it (`web.dialog.RESERVED_PREFIXES`). A plain module name in
+# `extensions` (no '/', not a .py file) imports an installed package.
+PATH_SETTINGS: dict[str, str] = {
+    "extensions": "user",
+    "data.root": "dialog",
+    "data.options.train_file": "dialog",
+    "data.options.validation_file": "dialog",
+    "data.options.test_file": "dialog",
+    "data.train_file": "dialog",  # the old flat spellings of the same three
+    "data.validation_file": "dialog",
+    "data.test_file": "dialog",
+    "model.model_name_or_path": "dialog",
+    "model.init_from": "user",
+    "logging.wandb_dir": "user",
+    "output.dir": "dialog",
+    "output.models_dir": "dialog",
+    "hardware.swap_directory": "dialog",
+}
 SHOWN_CHARS = 40
 
 
