@@ -518,3 +518,36 @@ def test_every_registry_refuses_a_taken_name_unless_told_to_replace_it():
         assert registry.get(name) is entry
         registry.register(name, entry, replace=True)  # the same entry: nothing changes
         assert registry.get(name) is entry
+
+
+# ------------------------------------------------------------------------ module sizes
+MAX_MODULE_LINES = 500
+# The modules still over the limit, each capped at its size when the cap was set: a cap only
+# goes down, and a module under the limit leaves this table (the config schema's model,
+# logger and augmentation fields, the checkpoint module's topics and the CLI's commands are
+# to move out).
+OVER_THE_LIMIT = {
+    "config/schema.py": 890,
+    "engine/checkpoint.py": 967,
+    "cli.py": 733,
+    "observe/series.py": 502,
+}
+
+
+def module_sizes() -> dict[str, int]:
+    return {
+        str(path.relative_to(ROOT)): path.read_text(encoding="utf-8").count("\n")
+        for path, _ in _modules()
+    }
+
+
+def test_no_module_is_over_500_lines_and_the_last_ones_only_shrink():
+    sizes = module_sizes()
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    grown = {n: (over[n], cap) for n, cap in OVER_THE_LIMIT.items() if over.get(n, 0) > cap}
+    assert not grown, f"over their cap (lines, cap): {grown}; move a part into a module of its own"
+    new = sorted(set(over) - set(OVER_THE_LIMIT))
+    assert not new, f"modules over {MAX_MODULE_LINES} lines: {new}; split them by role"
+    done = sorted(set(OVER_THE_LIMIT) - set(over))
+    assert not done, f"under {MAX_MODULE_LINES} lines now: take {done} out of OVER_THE_LIMIT"
+    assert sizes["doctor/checks.py"] <= MAX_MODULE_LINES  # split by role: checks, resources

@@ -21,8 +21,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainforge.doctor.checks import FINDINGS, Context, Finding, diagnose
+from trainforge.doctor.checks import diagnose
 from trainforge.doctor.facts import Facts, gather_facts, load_doctor_fixture
+from trainforge.doctor.finding import FINDINGS, Context, Finding
 from trainforge.errors import UserError
 from trainforge.hardware.platform import Platform
 
