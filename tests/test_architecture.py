@@ -529,7 +529,7 @@ MAX_MODULE_LINES = 500
 OVER_THE_LIMIT = {
     "config/schema.py": 890,
     "engine/checkpoint.py": 967,
-    "cli.py": 733,
+    "cli.py": 642,
     "observe/series.py": 502,
 }
 

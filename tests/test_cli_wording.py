@@ -244,10 +244,9 @@ def test_a_run_that_ends_between_validations_ends_with_its_number(tmp_path, monk
 def test_the_done_line_of_a_fresh_a_resumed_and_an_already_finished_segment(
     tmp_path, capsys, start, says
 ):
-    from trainforge.cli import _print_summary
-    from trainforge.run.outputs import RunSummary
+    from trainforge.run.outputs import RunSummary, print_summary
 
     summary = RunSummary(tmp_path, {}, None, "finished", False, 6, 3.0, start_step=start,
                          start_time_s=2.0 if start else 0.0)  # fmt: skip
-    _print_summary(summary)
+    print_summary(summary)
     assert capsys.readouterr().out == says

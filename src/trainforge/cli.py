@@ -19,6 +19,7 @@ import typer
 
 from trainforge import __version__
 from trainforge.errors import UserError
+from trainforge.targets.forward import send_sweep_to, send_to, target_of
 
 
 def _flags_show_no_value_type() -> None:
@@ -96,13 +97,13 @@ def _exit_with(code: int) -> None:
 def train(ctx: typer.Context) -> None:
     """Train: `train CONFIG [FLAGS]` or `train --resume runs/NAME [FLAGS]` (--help: flags)."""
 
-    target, words = _target_of(list(ctx.args))
+    target, words = target_of(list(ctx.args))
     if target is not None:
         # A cluster target: the train flags and the Slurm options (--nodes, --gpus-per-node,
         # --time ...) go to the job, as `trainforge slurm CONFIG --target NAME --submit`.
         from trainforge.launch.cli import slurm_main
 
-        send = _send_to(*target)
+        send = send_to(*target)
         # Usage errors name `trainforge slurm`, whose --help lists these options.
         _exit_with(slurm_main([*words, "--submit"], send=send))
         return
@@ -118,10 +119,11 @@ def train(ctx: typer.Context) -> None:
     ranks = env_ranks(os.environ)
     resolved, resume = _resolve(args, platform, ranks[1] if ranks else 1)
     _refuse_before_slow_work(resolved, resume)
+    from trainforge.run.outputs import print_summary
     from trainforge.train import train as run_training
 
     summary = run_training(resolved, platform, resume_from=resume)
-    _print_summary(summary)
+    print_summary(summary)
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 
@@ -141,60 +143,6 @@ def _check_config_paths(resolved) -> None:
     from trainforge.run.resume import run_folder_for
 
     check_config_paths(resolved.config, run_folder_for(resolved))
-
-
-def _target_of(argv: list[str]) -> tuple[tuple[str, Path | None] | None, list[str]]:
-    """((target name, targets file) when --target names a cluster, the other words).
-    `--target local` is this machine: the words train as they would without it."""
-    name, file, rest, i = None, None, [], 0
-    while i < len(argv):
-        word = argv[i]
-        key, eq, value = word.partition("=")
-        if key in ("--target", "--targets"):
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise UserError(f"{key} needs a value", f"write {key} NAME")
-                i, value = i + 1, argv[i + 1]
-            if key == "--target":
-                name = value
-            else:
-                file = Path(value)
-        else:
-            rest.append(word)
-        i += 1
-    if name is None or name == "local":
-        return None, rest
-    return (name, file), rest
-
-
-def _send_to(name: str, file: Path | None):
-    """What `slurm_main` calls with the checked options: submit them on the target (the
-    configured one, checked first) and say how to follow the job."""
-
-    def send(config: Path, options: dict) -> None:
-        from trainforge.targets.store import get_target
-        from trainforge.targets.submit import submit_run
-
-        record = submit_run(get_target(name, file), config, **options)
-        print(f"Submitted batch job {record.job_id} on {name}: run {record.name}")
-        print(f"follow: trainforge jobs logs {record.name} -f   list: trainforge jobs")
-
-    return send
-
-
-def _send_sweep_to(name: str, file: Path | None):
-    """What `sweep_main` calls with a checked sweep: submit its job array on the target."""
-
-    def send(plan: dict, own: dict) -> None:
-        from trainforge.targets.store import get_target
-        from trainforge.targets.submit import submit_sweep
-
-        record, tasks = submit_sweep(get_target(name, file), plan, own)
-        print(f"Submitted batch job {record.job_id} on {name} ({tasks} array tasks)")
-        print(f"sweep {record.name}: trainforge sweep status {record.run_dir} (on the cluster)")
-        print(f"follow: trainforge jobs logs {record.name} -f   list: trainforge jobs")
-
-    return send
 
 
 def _run_args(ctx: typer.Context, command: str):
@@ -221,45 +169,6 @@ def _resolve(args, platform, world_size: int, **check: object):
     from trainforge.run.resume import resolve_run
 
     return resolve_run(args, platform, world_size, **check)
-
-
-def _count(number: int, noun: str) -> str:
-    """`1 step`, `2 steps`."""
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def _print_summary(summary) -> None:
-    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
-        return
-    from trainforge.runfolder import RunFolder
-
-    if summary.stop_reason == "nothing to train":  # said in one line already
-        return
-    folder = RunFolder(summary.run_dir)
-    metrics = summary.final_metrics
-    done = f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
-    segment = summary.global_step - summary.start_step
-    if summary.start_step and segment:  # resumed: its totals, and this segment's share
-        done += (
-            f"in {summary.train_time_s:.1f} s of training in all; this segment "
-            f"{_count(segment, 'step')} in {summary.train_time_s - summary.start_time_s:.1f} s"
-        )
-    elif summary.start_step:  # resumed at its end (a closing step redone): nothing trained
-        done += f"in {summary.train_time_s:.1f} s of training in all; none in this segment"
-    else:
-        done += f"in {summary.train_time_s:.1f} s of training"
-    print(done)
-    if "accuracy" in metrics:
-        print(f"validation accuracy {metrics['accuracy'] * 100:.2f}%  loss {metrics['loss']:.4f}")
-    for label, path in (
-        ("checkpoints:", folder.checkpoints),
-        ("TensorBoard:", folder.tensorboard),
-        ("metrics:    ", folder.metrics),
-        ("final model:", folder.model),
-    ):
-        if path.exists():
-            shown = f"tensorboard --logdir {path}" if label == "TensorBoard:" else path
-            print(f"{label} {shown}")
 
 
 @app.command("validate", context_settings=_FORWARD, add_help_option=False)
@@ -598,11 +507,11 @@ FORWARDED = (
               "Inference latency of export artifacts side by side: `bench-infer ARTIFACT...`."),
     Forwarded("slurm", "trainforge.launch.cli:slurm_main",
               "Slurm batch script: `slurm CONFIG --nodes N --gpus-per-node G --time HH:MM:SS "
-              "[--submit] [--target NAME] [train flags]`.", _send_to),
+              "[--submit] [--target NAME] [train flags]`.", send_to),
     Forwarded("sweep", "trainforge.sweep.cli:sweep_main",
               "Hyperparameter sweep: `sweep CONFIG --space SPACE.yaml --trials N "
               "TRAIN_FLAGS...` [--slurm --time T --submit [--target NAME]]; `sweep status "
-              "runs/NAME` (--help: options).", _send_sweep_to),
+              "runs/NAME` (--help: options).", send_sweep_to),
 )  # fmt: skip
 
 
@@ -614,7 +523,7 @@ def _forward(entry: Forwarded) -> None:
         if entry.send is None:
             _exit_with(run(words))
             return
-        target, words = _target_of(words)
+        target, words = target_of(words)
         _exit_with(run(words, send=entry.send(*target) if target else None))
 
     app.command(entry.name, help=entry.help, context_settings=_FORWARD, add_help_option=False)(

@@ -10,6 +10,7 @@ rank 0 alone writes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -277,3 +278,42 @@ def save_final_model(
         return
     source = weights if weights is not None else task.model.state_dict()
     ckpt.save_weights(RunFolder(run_dir).model, source, {"config_hash": config_hash})
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def print_summary(summary: RunSummary) -> None:
+    """The lines a finished `trainforge train` ends with (rank 0 only): how it ended, the
+    validation figures, and where the checkpoints, TensorBoard logs, metrics and model are."""
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
+        return
+    if summary.stop_reason == "nothing to train":  # said in one line already
+        return
+    folder = RunFolder(summary.run_dir)
+    metrics = summary.final_metrics
+    done = f"done: {summary.stop_reason} after {_count(summary.global_step, 'step')} "
+    segment = summary.global_step - summary.start_step
+    if summary.start_step and segment:  # resumed: its totals, and this segment's share
+        done += (
+            f"in {summary.train_time_s:.1f} s of training in all; this segment "
+            f"{_count(segment, 'step')} in {summary.train_time_s - summary.start_time_s:.1f} s"
+        )
+    elif summary.start_step:  # resumed at its end (a closing step redone): nothing trained
+        done += f"in {summary.train_time_s:.1f} s of training in all; none in this segment"
+    else:
+        done += f"in {summary.train_time_s:.1f} s of training"
+    print(done)
+    if "accuracy" in metrics:
+        print(f"validation accuracy {metrics['accuracy'] * 100:.2f}%  loss {metrics['loss']:.4f}")
+    for label, path in (
+        ("checkpoints:", folder.checkpoints),
+        ("TensorBoard:", folder.tensorboard),
+        ("metrics:    ", folder.metrics),
+        ("final model:", folder.model),
+    ):
+        if path.exists():
+            shown = f"tensorboard --logdir {path}" if label == "TensorBoard:" else path
+            print(f"{label} {shown}")
