@@ -16,10 +16,10 @@ modules import each other without a circle (the same scan, per file; a package's
 
 Run-folder names: the names a run folder holds are taken from their owners, not listed here:
 every path a `RunFolder` property gives, the module constants of `runfolder.py` and
-`engine/checkpoint.py`, the checkpoint name table (`checkpoint-{}`, `best_model`, ...) and
-what the two owners join onto a path themselves (`folder / "dcp"`). Only those two modules
-spell them; everything else names them through a `RunFolder` property or a checkpoint-module
-function.
+`engine/checkpoint.py`, the checkpoint name table of `engine/checkpoint_names.py`
+(`checkpoint-{}`, `best_model`, ...) and what the owners join onto a path themselves
+(`folder / "dcp"`). Only those modules spell them; everything else names them through a
+`RunFolder` property or a checkpoint-module function.
 
 The Trainer module: at most 350 lines as the formatter lays it out with every `# fmt: skip`
 taken away (packed lines do not count as short).
@@ -217,9 +217,10 @@ def test_no_function_is_over_60_lines():
 
 
 # ------------------------------------------------------------------ run-folder names
-# The two modules that own the layout: `runfolder.py` (the folder) and `engine/checkpoint.py`
-# (checkpoint folders and their files). Every name below is read from them.
-NAME_OWNERS = ("runfolder.py", "engine/checkpoint.py")
+# The modules that own the layout: `runfolder.py` (the folder), `engine/checkpoint.py` (a
+# checkpoint's files) and `engine/checkpoint_names.py` (the checkpoint folders' name table).
+# Every name below is read from them.
+NAME_OWNERS = ("runfolder.py", "engine/checkpoint.py", "engine/checkpoint_names.py")
 
 
 def _joined_literals(tree: ast.AST) -> list[tuple[int, str]]:
@@ -367,7 +368,7 @@ def test_the_name_scan_sees_plain_path_joined_and_f_string_literals():
 def test_run_folder_names_are_spelled_only_by_the_modules_that_own_them():
     found = run_folder_literals()
     assert not found, (
-        "run-folder names spelled outside runfolder.py and engine/checkpoint.py; use a "
+        "run-folder names spelled outside runfolder.py and engine/checkpoint(_names).py; use a "
         "RunFolder property or a checkpoint-module function (add one there for a new "
         "name):\n" + "\n".join(found)
     )
@@ -528,7 +529,7 @@ MAX_MODULE_LINES = 500
 # to move out).
 OVER_THE_LIMIT = {
     "config/schema.py": 890,
-    "engine/checkpoint.py": 967,
+    "engine/checkpoint.py": 843,
     "cli.py": 642,
     "observe/series.py": 502,
 }

@@ -45,7 +45,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -54,6 +53,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainforge.engine.checkpoint_names import (  # noqa: F401  (ckpt.NAMES, ckpt.step_name, ...)
+    NAMES,
+    PATTERNS,
+    best_name,
+    epoch_name,
+    interrupted_name,
+    is_periodic,
+    kind,
+    step_name,
+    time_limit_name,
+)
+from trainforge.engine.checkpoint_space import (  # noqa: F401  (ckpt.checkpoints_kept, ...)
+    checkpoints_kept,
+    estimate_bytes,
+    most_kept,
+    periodic_saves,
+    space_warning,
+)
 from trainforge.errors import UserError
 from trainforge.storage import StorageError, storage_error
 
@@ -72,117 +89,6 @@ RUN_META = "checkpoint_meta.json"
 # the non-finite counts and the best values inside "trainer" (read by `engine.checkpointer`).
 FORMAT = 2
 READS = (1, 2)
-
-# ------------------------------------------------------------------ names and retention
-# Every checkpoint folder a run writes under RUN/checkpoints/, in one table: its name (a
-# pattern with `{}` for the step or epoch), what writes it, and whether rotation
-# (`checkpoint.save_total_limit`) may delete it. Callers name folders through the functions
-# below, never by literal.
-NAMES: dict[str, tuple[str, str, bool]] = {
-    #  kind          name                     written                                 rotated
-    "step":        ("checkpoint-{}",          "every save_steps and at the run's end", True),
-    "epoch":       ("checkpoint_epoch_{}",    "every save_every_epochs",               True),
-    "best":        ("best_model",             "when the validation metric improves",   False),
-    "time_limit":  ("checkpoint_time_limit",  "when training.max_hours is reached",    False),
-    "interrupted": ("checkpoint_interrupted", "on Ctrl+C, SIGTERM or SIGUSR1",         False),
-}  # fmt: skip
-# Each name as a pattern of the whole folder name, by kind (`{}`: the step or epoch).
-PATTERNS = {
-    kind: re.compile("^" + re.escape(name).replace(r"\{\}", r"\d+") + "$")
-    for kind, (name, _, _) in NAMES.items()
-}
-
-
-def step_name(step: int) -> str:
-    """The periodic checkpoint of optimizer step `step` (also the run's last step)."""
-    return NAMES["step"][0].format(step)
-
-
-def epoch_name(epoch: int) -> str:
-    """The periodic checkpoint at the end of epoch `epoch`."""
-    return NAMES["epoch"][0].format(epoch)
-
-
-def best_name() -> str:
-    """The checkpoint of the best validation metric so far (never rotated)."""
-    return NAMES["best"][0]
-
-
-def time_limit_name() -> str:
-    """The checkpoint saved when `training.max_hours` stops the run."""
-    return NAMES["time_limit"][0]
-
-
-def interrupted_name() -> str:
-    """The checkpoint saved when a signal stops the run (Ctrl+C, SIGTERM, SIGUSR1)."""
-    return NAMES["interrupted"][0]
-
-
-def kind(name: str) -> str | None:
-    """Which entry of NAMES the folder `name` is (None: none of them)."""
-    return next((key for key, pattern in PATTERNS.items() if pattern.match(name)), None)
-
-
-def is_periodic(name: str) -> bool:
-    """Whether rotation may delete the checkpoint folder `name` (a checkpoint that goes by a
-    cadence: a step's or an epoch's)."""
-    found = kind(name)
-    return found is not None and NAMES[found][2]
-
-
-def most_kept(save_total_limit: int | None, periodic_saves: int, save_best: bool) -> int:
-    """Checkpoint folders on disk at the worst moment of a run: the periodic ones rotation
-    keeps (`save_total_limit`, else every one of `periodic_saves`), the best one, one
-    interrupted or time-limit checkpoint, and the one being written before rotation deletes
-    the oldest."""
-    periodic = save_total_limit if save_total_limit is not None else max(1, periodic_saves)
-    return periodic + int(save_best) + 2
-
-
-def periodic_saves(checkpoint: Any, training: Any, steps_per_epoch: int | None) -> int | None:
-    """The rotated checkpoints a run writes, as `callbacks.CheckpointCadence` writes them:
-    one every `save_steps`, one every `save_every_epochs` (skipped where epochs are shorter
-    than `save_steps`), and the run's last step where neither landed on it; an epoch's end on
-    a `save_steps` step counts twice though it is one folder and a link (`alias`), so the
-    count bounds the disk from above. None where that
-    needs the steps per epoch and they are not known (a config checked before its data is
-    read, with `save_steps` and no `max_steps`)."""
-    import math
-
-    every, by_step = checkpoint.save_every_epochs, checkpoint.save_steps
-    if steps_per_epoch:
-        total = (
-            training.max_steps
-            if training.max_steps > 0
-            else max(1, math.ceil(training.num_train_epochs * steps_per_epoch))
-        )
-        epochs, ends_an_epoch = math.ceil(total / steps_per_epoch), total % steps_per_epoch == 0
-    elif training.max_steps > 0:
-        total, epochs, ends_an_epoch = training.max_steps, None, False
-    else:
-        epochs = math.ceil(training.num_train_epochs)
-        total, ends_an_epoch = None, epochs == training.num_train_epochs
-    saves, last_saved = 0, False
-    if by_step:
-        if total is None:
-            return None
-        saves, last_saved = total // by_step, total % by_step == 0
-    shorter = by_step and steps_per_epoch and steps_per_epoch * (every or 0) < by_step
-    if every and not shorter:
-        if epochs is None:
-            return None
-        saves += epochs // every
-        last_saved = last_saved or (ends_an_epoch and epochs % every == 0)
-    return saves + (0 if last_saved else 1)
-
-
-def checkpoints_kept(checkpoint: Any, training: Any, steps_per_epoch: int | None) -> int | None:
-    """Checkpoint folders on disk at the worst moment of a run (`most_kept` over
-    `periodic_saves`); None where rotation keeps every one and their count is not known."""
-    saves = periodic_saves(checkpoint, training, steps_per_epoch)
-    if saves is None and checkpoint.save_total_limit is None:
-        return None
-    return most_kept(checkpoint.save_total_limit, saves or 1, checkpoint.save_best)
 
 
 def dcp_folder(folder: Path) -> Path:
@@ -935,33 +841,3 @@ def _model_setting_diff(folder: Path, model_config: Mapping[str, Any] | None) ->
             label = f"model {arch} {key}".replace("  ", " ")
             return f"{label} {saved_model[key]}, this config has {value}"
     return None
-
-
-# ------------------------------------------------------------------ disk space
-def estimate_bytes(model: torch.nn.Module, optimizer_slots: int = 2) -> int:
-    """Bytes of one checkpoint of `model`: the weights plus `optimizer_slots` tensors of the
-    same size per trainable weight (AdamW keeps two moments)."""
-    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return weights + optimizer_slots * trainable
-
-
-def space_warning(run_dir: Path, bytes_per_checkpoint: int, num_kept: int) -> str | None:
-    """One warning line when the disk under `run_dir` cannot hold `num_kept` checkpoints of
-    `bytes_per_checkpoint` (those already in RUN/checkpoints count as written); else None."""
-    from trainforge.storage import free_bytes, size_text
-
-    free = free_bytes(run_dir)
-    if free is None:
-        return None
-    root = _run_checkpoints(Path(run_dir))
-    present = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
-    need = max(0, bytes_per_checkpoint * num_kept - present)
-    if need <= free:
-        return None
-    return (
-        f"warning: checkpoints need about {size_text(need)} at {run_dir} ({num_kept} x "
-        f"{size_text(bytes_per_checkpoint)}), only {size_text(free)} free; a save that does "
-        "not fit stops the run (checkpoint.on_save_error) - free space, lower "
-        "checkpoint.save_total_limit, or set output.dir to a bigger disk"
-    )
