@@ -529,7 +529,7 @@ MAX_MODULE_LINES = 500
 # to move out).
 OVER_THE_LIMIT = {
     "config/schema.py": 890,
-    "engine/checkpoint.py": 843,
+    "engine/checkpoint.py": 623,
     "cli.py": 642,
     "observe/series.py": 502,
 }

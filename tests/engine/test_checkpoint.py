@@ -337,10 +337,10 @@ def test_rotation_rehashes_only_what_changed_since_this_process_wrote_it(tmp_pat
 
 def test_finite_check_sees_nan_inf_and_overflowing_finite_sums():
     big = torch.full((4,), 3e38)  # finite, but its float32 sum overflows
-    assert ckpt.all_finite({"a": big, "b": torch.ones(3)})
-    assert not ckpt.all_finite({"a": torch.tensor([1.0, float("nan")])})
-    assert not ckpt.all_finite({"a": torch.tensor([float("inf"), -float("inf")])})
-    assert ckpt.all_finite({"i": torch.tensor([1, 2])})
+    assert cw.all_finite({"a": big, "b": torch.ones(3)})
+    assert not cw.all_finite({"a": torch.tensor([1.0, float("nan")])})
+    assert not cw.all_finite({"a": torch.tensor([float("inf"), -float("inf")])})
+    assert cw.all_finite({"i": torch.tensor([1, 2])})
 
 
 def test_full_disk_at_the_final_weights_keeps_the_previous_file(tmp_path, monkeypatch):
@@ -359,8 +359,8 @@ def test_full_disk_at_the_final_weights_keeps_the_previous_file(tmp_path, monkey
 
 def test_snapshot_without_copy_hands_cpu_tensors_over_as_they_are():
     weight = torch.ones(3)
-    shared = ckpt.Snapshot(copy=False).copy({"w": weight})
-    copied = ckpt.Snapshot().copy({"w": weight})
+    shared = cw.Snapshot(copy=False).copy({"w": weight})
+    copied = cw.Snapshot().copy({"w": weight})
     assert shared["w"].data_ptr() == weight.data_ptr()
     assert copied["w"].data_ptr() != weight.data_ptr() and torch.equal(copied["w"], weight)
 
@@ -372,13 +372,13 @@ def test_deferred_copy_holds_the_state_of_the_moment_the_step_waits_for_it():
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.ones(2, 256)).sum().backward()
     optimizer.step()
-    snap = ckpt.Snapshot(optimizer=optimizer)
+    snap = cw.Snapshot(optimizer=optimizer)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     moment = optimizer.state[model.weight]["exp_avg"].clone()
     saved, opt_state = snap.copy((model.state_dict(), optimizer.state_dict()))
     optimizer.step()  # the pre-hook waits for the copy before the weights change
     assert not torch.equal(model.weight, expected["weight"])
-    ckpt.wait_for_copies()
+    cw.wait_for_copies()
     assert all(torch.equal(saved[k], expected[k]) for k in expected)
     assert torch.equal(opt_state["state"][0]["exp_avg"], moment)
     assert saved["weight"].data_ptr() != model.weight.data_ptr()

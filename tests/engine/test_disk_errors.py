@@ -120,7 +120,7 @@ def test_continue_mode_drops_the_refused_save_and_trains_on(
 ):
     cfg = points_config(**{"training.max_steps": 1, "checkpoint.on_save_error": "continue"})
     trainer = Trainer(points_task(), cfg, run_dir=tmp_path, device=CPU, callbacks=[])
-    trainer.checkpointer.writer = ckpt.CheckpointWriter(on_error=cfg.checkpoint.on_save_error)
+    trainer.checkpointer.writer = cw.CheckpointWriter(on_error=cfg.checkpoint.on_save_error)
     trainer.fit()
     root = tmp_path / "checkpoints"
     trainer.save_checkpoint("checkpoint-1", wait=True)
@@ -148,11 +148,11 @@ def test_stop_mode_raises_on_the_training_thread_and_continue_keeps_other_errors
         raise RuntimeError("a bug")
 
     for background in (True, False):
-        writer = ckpt.CheckpointWriter(background=background)
+        writer = cw.CheckpointWriter(background=background)
         with pytest.raises(StorageError):
             writer.submit(disk_full)
             writer.wait()
-        lenient = ckpt.CheckpointWriter(background=background, on_error="continue")
+        lenient = cw.CheckpointWriter(background=background, on_error="continue")
         lenient.submit(disk_full)
         lenient.wait()
         assert len(lenient.skipped) == 1

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write
 from trainforge.engine.callbacks import GracefulStop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_signal_checkpoints_says_how_to_resume_and_exits(tmp_path, sig, sigint):
 # A real write returns to Python between chunks, and a signal is acted on when it does.
 SLOW_INTERRUPT_SAVE = """
 import runpy, sys, time
-from trainforge.engine.checkpoint import CheckpointWriter
+from trainforge.engine.checkpoint_write import CheckpointWriter
 from trainforge.engine.trainer import Trainer
 
 def never_ends():
@@ -180,7 +181,7 @@ def test_double_ctrl_c_aborts_at_once(tmp_path, sigint, stalled):
 CRASH_MID_WRITE = """
 import runpy, sys, threading
 from trainforge.engine.callbacks import CheckpointCadence
-from trainforge.engine.checkpoint import CheckpointWriter
+from trainforge.engine.checkpoint_write import CheckpointWriter
 
 failing = threading.Event()
 submit = CheckpointWriter.submit
@@ -331,7 +332,7 @@ def test_waiting_for_a_checkpoint_write_lets_a_signal_through():
     try:
         sender.start()
         with pytest.raises(KeyboardInterrupt):
-            ckpt.join(write)
+            checkpoint_write.join(write)
         # (not `is_alive()`: Python 3.11 marks a thread whose join was interrupted stopped)
         assert not written.is_set(), "the wait raised only after the write had ended"
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write
 from trainforge.engine.checkpoint_storage import CheckpointRoot, Payload, PlainStorage
 
 
@@ -16,7 +17,7 @@ def _save(tmp_path, name: str, wait: bool) -> PlainStorage:
     optimizer.step()
     root = CheckpointRoot(tmp_path / "checkpoints", config_yaml="{}\n", keep=None)
     storage = PlainStorage(root, background=True, optimizer=optimizer)
-    writer = ckpt.CheckpointWriter(background=True)
+    writer = checkpoint_write.CheckpointWriter(background=True)
     payload = Payload(
         dict(model.state_dict()), {"optimizer": optimizer.state_dict()}, lambda: {"name": name}
     )

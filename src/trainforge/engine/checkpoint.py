@@ -16,16 +16,19 @@ crash mid-write leaves behind (temporary folders, a replaced folder not yet dele
 
 The folders' names (`checkpoint-N`, `checkpoint_epoch_N`, `best_model`,
 `checkpoint_time_limit`, `checkpoint_interrupted`) and which of them rotation deletes are
-one table, `NAMES`, read through `step_name`, `best_name`, `interrupted_name`, ...,
-`is_periodic` and `most_kept`; torch is imported only by the functions that need it, so the
-web app, the report and the doctor read the table without it.
+one table, `NAMES` (`engine.checkpoint_names`, re-exported here), read through `step_name`,
+`best_name`, `interrupted_name`, ..., `is_periodic`; how many a run keeps and the disk they
+need are `engine.checkpoint_space` (`checkpoints_kept`, `space_warning`). Torch is imported
+only by the functions that need it, so the web app, the report and the doctor read the table
+without it.
 
 Beside the folders, `checkpoint_meta.json` summarises the run's checkpoints with the
 training-optimisation notes' keys (best_val_loss, best_val_step, best_epoch, config_hash,
 timestamp), the best value of metric_for_best_model and the newest checkpoint.
 
-`CheckpointWriter` runs the write on a background thread after the trainer has copied the
-state to CPU memory, so the loop stalls only for the copy. A write the disk refuses (full,
+`checkpoint_write.CheckpointWriter` runs the write on a background thread after the trainer
+has copied the state to CPU memory (`checkpoint_write.Snapshot`), so the loop stalls only for
+the copy. A write the disk refuses (full,
 read-only) becomes a one-line `StorageError` naming the space needed and the intact
 checkpoint to resume from; `checkpoint.on_save_error` chooses between stopping and training
 on without that save.
@@ -34,10 +37,11 @@ Every byte is written once and hashed on its way to the disk (`checkpoint_write`
 manifest needs no second read; rotation trusts folders this process wrote or verified while
 their files are unchanged. `meta.json` records the layout's `FORMAT`; loading refuses another
 format, and `check_model_fits` refuses weights of another model, each in one line that says
-what differs. `space_warning` tells a run before it starts that its checkpoints will not fit.
+what differs.
 
-The module is longer than 400 lines because it is the only code that touches checkpoint
-files: writing, verifying, loading, refusing and rotating them live in one place.
+The module is still longer than 400 lines: writing, verifying, loading, refusing and
+rotating checkpoint files live here; the sharded reading and writing and the verification
+are the parts to move out next.
 """
 
 from __future__ import annotations
@@ -47,8 +51,7 @@ import json
 import os
 import shutil
 import sys
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +75,7 @@ from trainforge.engine.checkpoint_space import (  # noqa: F401  (ckpt.checkpoint
     space_warning,
 )
 from trainforge.errors import UserError
-from trainforge.storage import StorageError, storage_error
+from trainforge.storage import storage_error
 
 if TYPE_CHECKING:
     import torch
@@ -230,6 +233,8 @@ def save_checkpoint(
 
     tmp = tmp or folder.parent / f".tmp-{folder.name}-{os.getpid()}"
     meta = {**meta, "format": FORMAT}
+    from trainforge.engine.checkpoint_write import wait_for_copies
+
     wait_for_copies()  # a snapshot's deferred part has landed before any byte is written
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -330,164 +335,6 @@ def save_weights(
     return path
 
 
-# Tensors at least this big that only `optimizer.step` changes are copied off the loop.
-DEFER_BYTES = 1 << 16
-_IN_FLIGHT: set[Snapshot] = set()  # snapshots whose deferred copies have not landed
-
-
-def join(thread: threading.Thread) -> None:
-    """`thread.join()` in short slices, so a second Ctrl+C aborts a wait for a long write.
-    CPython runs a Python signal handler on the main thread only when it returns from a
-    wait; a signal the kernel handed to another thread, or one that landed just before the
-    wait blocked, does not end an untimed join, which then lasts as long as the write."""
-    while thread.is_alive():
-        thread.join(0.2)
-
-
-def wait_for_copies() -> None:
-    """Block until every deferred snapshot copy has landed (readers of a snapshot call it)."""
-    for snap in list(_IN_FLIGHT):
-        snap.wait_copied()
-
-
-class Snapshot:
-    """Copies nested training state to CPU memory, reusing its buffers between saves.
-
-    Training keeps mutating the live tensors after a background save starts, so the saved
-    state must be a copy. Reusing the same CPU buffers (pinned when CUDA is present) makes
-    a copy a plain memcpy without fresh page faults; the caller must not take a new copy
-    while a write of the previous one is in flight. Copying also unties shared tensors
-    (tied embeddings).
-
-    `copy=False` is for synchronous saves: nothing trains while they write, so CPU tensors
-    are handed over as they are (a copy would be a needless pass over every byte) and only
-    device tensors are copied to CPU memory.
-
-    `optimizer`: the weights and optimizer moments change only in `optimizer.step()`, so
-    their copy runs on a helper thread while the loop computes the next forward and
-    backward; a step pre-hook makes the next step wait until it has landed, and the
-    checkpoint readers here (`save_checkpoint`, `all_finite`) wait too. Everything else
-    (buffers, partial gradient sums, counters) is copied before `copy` returns. The hook is
-    registered with the first deferred copy: a run that never saves pays no call per step.
-    """
-
-    def __init__(self, copy: bool = True, optimizer: torch.optim.Optimizer | None = None) -> None:
-        import torch
-
-        self._buffers: dict[tuple, torch.Tensor] = {}
-        self._pin = torch.cuda.is_available()
-        self._copy_cpu = copy
-        self._optimizer = optimizer if copy else None
-        self._stable: set[int] = set()
-        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._copier: threading.Thread | None = None
-        self._copy_error: BaseException | None = None
-        self._hooked = False
-
-    def _before_step(self, *_: Any) -> None:
-        self.wait_copied()
-
-    def _stable_storages(self) -> set[int]:
-        """Data pointers of what only `optimizer.step` writes: parameters and moments."""
-        import torch
-
-        opt = self._optimizer
-        if opt is None:
-            return set()
-        ptrs = {p.data_ptr() for group in opt.param_groups for p in group["params"]}
-        for per_param in opt.state.values():
-            ptrs.update(t.data_ptr() for t in per_param.values() if isinstance(t, torch.Tensor))
-        return ptrs
-
-    def _tensor(self, key: tuple, value: torch.Tensor) -> torch.Tensor:
-        import torch
-
-        value = value.detach()
-        if not self._copy_cpu and value.device.type == "cpu":
-            return value
-        buffer = self._buffers.get(key)
-        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
-            buffer = torch.empty(value.shape, dtype=value.dtype, pin_memory=self._pin)
-            self._buffers[key] = buffer
-        big = value.numel() * value.element_size() >= DEFER_BYTES
-        if big and value.data_ptr() in self._stable:
-            self._pending.append((buffer, value))
-        else:
-            buffer.copy_(value, non_blocking=value.device.type == "cuda")
-        return buffer
-
-    def copy(self, obj: Any, key: tuple = ()) -> Any:
-        import torch
-
-        self.wait_copied()
-        self._stable = self._stable_storages()
-        result = self._copy(obj, key)
-        if self._pin:
-            torch.cuda.synchronize()  # non-blocking device-to-host copies have landed
-        if self._pending:
-            pending, self._pending = self._pending, []
-            if not self._hooked and self._optimizer is not None:
-                self._optimizer.register_step_pre_hook(self._before_step)
-                self._hooked = True
-            _IN_FLIGHT.add(self)
-            self._copier = threading.Thread(
-                target=self._fill, args=(pending,), name="checkpoint-copy", daemon=True
-            )
-            self._copier.start()
-        return result
-
-    def _fill(self, pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        import torch
-
-        try:
-            for buffer, value in pending:
-                buffer.copy_(value, non_blocking=value.device.type == "cuda")
-            if self._pin:
-                torch.cuda.synchronize()
-        except BaseException as err:  # raised where the copy is waited for
-            self._copy_error = err
-
-    def wait_copied(self) -> None:
-        """Block until the deferred part of the last copy has landed."""
-        copier = self._copier
-        if copier is not None:
-            join(copier)
-            self._copier = None
-            _IN_FLIGHT.discard(self)
-        if self._copy_error is not None:
-            err, self._copy_error = self._copy_error, None
-            raise err
-
-    def _copy(self, obj: Any, key: tuple) -> Any:
-        import torch
-
-        if isinstance(obj, torch.Tensor):
-            return self._tensor(key, obj)
-        if isinstance(obj, Mapping):
-            return {k: self._copy(v, (*key, k)) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            if all(isinstance(v, int | float | str | bool | None) for v in obj):
-                return type(obj)(obj)  # e.g. Python's RNG state: 625 plain ints
-            items = [self._copy(v, (*key, i)) for i, v in enumerate(obj)]
-            return items if isinstance(obj, list) else tuple(items)
-        return obj
-
-
-def all_finite(tensors: Mapping[str, torch.Tensor]) -> bool:
-    """No NaN or Inf in any floating-point tensor.
-
-    A finite sum proves every element finite (a NaN or Inf element makes the sum NaN or Inf);
-    only a sum that overflowed is checked element by element. One pass, no mask allocated."""
-    import torch
-
-    wait_for_copies()
-    for tensor in tensors.values():
-        overflowed = tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum()))
-        if overflowed and not bool(torch.isfinite(tensor).all()):
-            return False
-    return True
-
-
 @functools.cache
 def library_versions() -> dict[str, str]:
     from importlib import metadata
@@ -553,73 +400,6 @@ def recover(root: Path) -> list[str]:
                 item.unlink(missing_ok=True)
             actions.append(f"removed unfinished write {item.name}")
     return actions
-
-
-class CheckpointWriter:
-    """Runs checkpoint writes one at a time, on a background thread or inline.
-
-    A write's error is raised on the training thread at the next `submit`, `wait` or
-    `check`, as the `UserError` the write produced. With `on_error="continue"` a write the
-    disk refuses (`StorageError`: full, read-only) is reported in one line, the first time
-    only, and training goes on without that checkpoint; any other error is still raised.
-    """
-
-    def __init__(self, background: bool = True, on_error: str = "stop") -> None:
-        self.background = background
-        self.on_error = on_error
-        self.skipped: list[str] = []  # the lines of the writes dropped under "continue"
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def _run(self, job: Callable[[], None]) -> None:
-        try:
-            job()
-        except StorageError as err:
-            if self.on_error != "continue":
-                self._error = err
-                return
-            line = f"checkpoint not written, training continues: {err.line()}"
-            self.skipped.append(line)
-            if len(self.skipped) == 1:  # said once: later refusals of the same disk are quiet
-                sys.stdout.write(line + " (later refused saves are not reported again)\n")
-                sys.stdout.flush()
-        except BaseException as err:  # re-raised on the training thread
-            self._error = err
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self.wait()
-        if not self.background:
-            self._run(job)
-            self.check()
-            return
-        # A daemon: a second Ctrl+C ends the process without waiting for the write (whose
-        # temporary folder the next start tidies); every other exit waits (`after_failure`).
-        self._thread = threading.Thread(
-            target=self._run, args=(job,), name="checkpoint-writer", daemon=True
-        )
-        self._thread.start()
-
-    def check(self) -> None:
-        """Raise a finished write's error now, without waiting for a write in flight."""
-        in_flight = self._thread is not None and self._thread.is_alive()
-        if self._error is not None and not in_flight:
-            err, self._error = self._error, None
-            raise err
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            join(self._thread)
-            self._thread = None
-        self.check()
-
-    def after_failure(self, failure: BaseException) -> None:
-        """Training failed with `failure`: the write under way is finished (its checkpoint
-        is the newest to resume from), unless a second Ctrl+C asked to abort at once. The
-        write's own error, if any, gives way to `failure`."""
-        if self._thread is None or isinstance(failure, KeyboardInterrupt):
-            return
-        join(self._thread)
-        self._thread, self._error = None, None
 
 
 def verify(folder: Path, *, cached: bool = False) -> str | None:

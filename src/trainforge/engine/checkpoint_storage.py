@@ -24,6 +24,7 @@ import torch
 
 from trainforge import parallel
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.errors import UserError
 
 
@@ -67,7 +68,7 @@ class CheckpointStorage(Protocol):
         payload: Payload | None,
         shards: Any,
         *,
-        writer: ckpt.CheckpointWriter,
+        writer: cw.CheckpointWriter,
         wait: bool,
     ) -> bool:
         """Write checkpoint `folder` (`payload` on rank 0 only, `shards` on every rank when
@@ -100,7 +101,7 @@ class PlainStorage:
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         self.root = root
-        self.snapshot = ckpt.Snapshot(copy=background, optimizer=optimizer if background else None)
+        self.snapshot = cw.Snapshot(copy=background, optimizer=optimizer if background else None)
 
     def save(
         self,
@@ -108,19 +109,19 @@ class PlainStorage:
         payload: Payload | None,
         shards: Any,
         *,
-        writer: ckpt.CheckpointWriter,
+        writer: cw.CheckpointWriter,
         wait: bool,
     ) -> bool:
         if payload is None:  # not rank 0: rank 0 writes
             if wait:
                 parallel.barrier()
             return False
-        snapshot = ckpt.Snapshot(copy=False) if wait else self.snapshot
+        snapshot = cw.Snapshot(copy=False) if wait else self.snapshot
         model_state, state = snapshot.copy((payload.weights, payload.state))
         meta = payload.meta()
 
         def write() -> None:
-            if not ckpt.all_finite(model_state):
+            if not cw.all_finite(model_state):
                 print(f"checkpoint {folder.name} not written: the model weights hold NaN or Inf")
                 return
             self.root.commit(folder, model_state, state, meta)
@@ -150,7 +151,7 @@ class ShardedStorage:
         payload: Payload | None,
         shards: Any,
         *,
-        writer: ckpt.CheckpointWriter,
+        writer: cw.CheckpointWriter,
         wait: bool,
     ) -> bool:
         import torch.distributed.checkpoint as dcp

@@ -37,6 +37,7 @@ import torch
 
 from trainforge import parallel
 from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.engine.checkpoint_storage import (
     CheckpointRoot,
     CheckpointStorage,
@@ -96,7 +97,7 @@ class Checkpointer:
         self._periodic: tuple[int, Path] | None = None
         self.describe = describe
         self.dist = parallel.context()
-        self.writer = ckpt.CheckpointWriter(
+        self.writer = cw.CheckpointWriter(
             background=settings.async_save, on_error=settings.on_save_error
         )
         folder = CheckpointRoot(root, config_yaml, settings.save_total_limit)
