@@ -77,7 +77,9 @@ class CheckpointStorage(Protocol):
         ...
 
     def load(self, folder: Path, parts: dict[str, Any]) -> dict[str, Any]:
-        """Read the sharded `parts` (state dicts to fill) of checkpoint `folder`."""
+        """Fill `parts` ({name: state dict of this run's tensors}) from the sharded parts of
+        checkpoint `folder` (its `dcp/`) and return them; every storage reads one, whatever
+        it writes, so a run of either kind resumes from a checkpoint of the other."""
         ...
 
 
@@ -133,7 +135,15 @@ class PlainStorage:
         return True
 
     def load(self, folder: Path, parts: dict[str, Any]) -> dict[str, Any]:
-        raise AssertionError("a plain run reads a sharded checkpoint whole (_whole_from_dcp)")
+        """A sharded checkpoint's parts read whole, by this process alone: torch.distributed.
+        checkpoint reshards on load into tensors shaped like this run's, and without a
+        process group it reads on one process (a DDP rank reads its own copy)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            # One process reads without a process group, as meant; torch warns that it does.
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            return read_dcp(folder, parts)
 
 
 class ShardedStorage:
@@ -169,13 +179,19 @@ class ShardedStorage:
         return True
 
     def load(self, folder: Path, parts: dict[str, Any]) -> dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
+        """Each rank's shards of the parts, resharded to this run's process count."""
+        return read_dcp(folder, parts)
 
-        try:
-            dcp.load(parts, checkpoint_id=ckpt.dcp_folder(folder))
-        except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
-            raise misfit(folder, err) from None
-        return parts
+
+def read_dcp(folder: Path, parts: dict[str, Any]) -> dict[str, Any]:
+    """`parts` filled from checkpoint `folder`'s `dcp/`; a misfit is one line."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        dcp.load(parts, checkpoint_id=ckpt.dcp_folder(folder))
+    except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
+        raise misfit(folder, err) from None
+    return parts
 
 
 def misfit(folder: Path, err: BaseException) -> UserError:

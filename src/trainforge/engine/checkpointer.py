@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,7 +252,7 @@ class Checkpointer:
         if model_state is None and self.storage.sharded:  # sharded into sharded
             return self.storage.load(folder, self.registry.state_dict(lambda e: e.sharded))
         if model_state is None:  # a plain run: each sharded part gathered whole
-            return _whole_from_dcp(self.registry, folder)
+            return _whole_from_dcp(self.registry, self.storage, folder)
         # An FSDP run: the plain checkpoint's whole tensors; each rank keeps its shard.
         return {
             e.name: Whole(model_state if e.weights else state[e.name])
@@ -304,25 +303,17 @@ def setup_changes(saved: dict[str, Any] | None, now: dict[str, Any]) -> tuple[li
     return reasons, any(key in saved and saved[key] != now[key] for key in _LAYOUT)
 
 
-def _whole_from_dcp(registry: StateRegistry, folder: Path) -> dict[str, Any]:
-    """A sharded checkpoint's parts for a plain run (one process, or DDP): torch.distributed.
-    checkpoint reads each part whole into tensors shaped like this run's, keyed by parameter
-    name (`dcp.load` reshards on load; without a process group it reads on one process)."""
-    import torch.distributed.checkpoint as dcp
+def _whole_from_dcp(registry: StateRegistry, storage: Any, folder: Path) -> dict[str, Any]:
+    """A sharded checkpoint's parts for a plain run (one process, or DDP), read by the run's
+    storage (`PlainStorage.load`: each part whole, keyed by parameter name) into fresh
+    tensors shaped like this run's: the live ones are left alone until every part is read."""
     from torch.utils._pytree import tree_map_only
 
     def blank(part: ShardedPart) -> Any:
-        # Fresh tensors to read into: the live ones are left alone until every part is read.
         return tree_map_only(torch.Tensor, torch.empty_like, part.named_state_dict())
 
     parts = {e.name: blank(e.part) for e in registry if e.sharded}  # type: ignore[arg-type]
-    try:
-        with warnings.catch_warnings():
-            # One process reads without a process group, as meant; torch warns that it does.
-            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-            dcp.load(parts, checkpoint_id=ckpt.dcp_folder(folder))
-    except (Exception, dcp.CheckpointException) as err:  # the latter: a BaseException
-        raise misfit(folder, err) from None
+    parts = storage.load(folder, parts)
     return {
         e.name: parts[e.name] if e.weights else Whole(parts[e.name]) for e in registry if e.sharded
     }
