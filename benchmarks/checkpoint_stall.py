@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine")
 from common import alternate, measure_memory, median, memory_note, table, timed
 
 from conftest import make_config, make_task
-from trainforge.engine import checkpoint as ckpt
+from trainforge.engine import checkpoint_write as cw
 from trainforge.engine.checkpoint_write import tensor_bytes
 from trainforge.engine.state import capture_rng
 from trainforge.engine.trainer import Trainer
@@ -93,7 +93,7 @@ def run(width: int = 2048, repeats: int = 5, device: str = "cpu") -> tuple[str, 
             # did not hide.
             stall = timed(lambda: background.save_checkpoint("checkpoint-1"))
             forward_backward()
-            stall += timed(ckpt.wait_for_copies)  # what the next optimizer.step waits for
+            stall += timed(cw.wait_for_copies)  # what the next optimizer.step waits for
             # Not part of the stall: the loop would be training.
             background.checkpointer.writer.wait()
             return stall

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
+from trainforge.engine.checkpoint_storage import CheckpointRoot, PlainStorage
 from trainforge.engine.checkpointer import _whole_from_dcp
 from trainforge.engine.stateful import ModelState, OptimizerState, StateRegistry, Whole
 from trainforge.errors import UserError
@@ -73,7 +74,7 @@ def test_one_process_reads_a_sharded_checkpoint_whole_and_trains_on_the_same_way
     parts = registry(model, optimizer)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing for the user to read
-        saved = _whole_from_dcp(parts, tmp_path)
+        saved = _whole_from_dcp(parts, PlainStorage(CheckpointRoot(tmp_path, "", None)), tmp_path)
     assert isinstance(saved["optimizer"], Whole) and not isinstance(saved["model"], Whole)
     for entry in parts:
         entry.part.load_state_dict(saved[entry.name])
@@ -106,7 +107,9 @@ def test_a_sharded_checkpoint_of_another_model_is_refused_in_one_line(tmp_path):
     save_dcp(tmp_path / "dcp", written, written_opt)
     model, optimizer = model_and_optimizer(0, fused=False, width=8)
     with pytest.raises(UserError) as err:
-        _whole_from_dcp(registry(model, optimizer), tmp_path)
+        _whole_from_dcp(
+            registry(model, optimizer), PlainStorage(CheckpointRoot(tmp_path, "", None)), tmp_path
+        )
     assert "does not fit this model" in err.value.line() and "\n" not in err.value.line()
     assert "Size mismatch" in err.value.line()  # the cause, not the wrapper's name
 
