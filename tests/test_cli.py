@@ -384,16 +384,14 @@ def test_a_command_run_in_this_process_leaves_the_process_as_it_found_it(tmp_pat
 def test_every_forwarding_command_comes_from_the_one_table_and_resolves():
     """`cli.FORWARDED` is the one list of commands whose words go to their module's parser:
     each names an importable function, once, and is a command of the app by that name."""
-    import importlib
-
     import typer.main
 
     from trainforge import cli
+    from trainforge.registry import load_object
 
     names = [entry.name for entry in cli.FORWARDED]
     assert len(names) == len(set(names)) and {"export", "slurm", "sweep"} <= set(names)
     commands = typer.main.get_command(cli.app).commands  # type: ignore[attr-defined]
     for entry in cli.FORWARDED:
-        module, _, function = entry.run.partition(":")
-        assert callable(getattr(importlib.import_module(module), function)), entry.run
+        assert callable(load_object(entry.run)), entry.run
         assert commands[entry.name].help == entry.help

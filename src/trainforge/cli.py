@@ -7,7 +7,6 @@ Heavy imports (torch) happen inside the commands that need them, so `validate`,
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -517,8 +516,9 @@ FORWARDED = (
 
 def _forward(entry: Forwarded) -> None:
     def command(ctx: typer.Context) -> None:
-        module, _, function = entry.run.partition(":")
-        run = getattr(importlib.import_module(module), function)
+        from trainforge.registry import load_object
+
+        run = load_object(entry.run)
         words = list(ctx.args)
         if entry.send is None:
             _exit_with(run(words))

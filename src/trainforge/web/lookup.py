@@ -20,7 +20,9 @@ from trainforge.web.paths import shown
 from trainforge.web.settings import is_plain_name, is_trial_id
 
 
-def _lookup(state: Any, run_id: str, valid: Callable[[str], bool], wrong: str, what: str):
+def _lookup(
+    state: Any, run_id: str, valid: Callable[[str], bool], wrong: str, what: str
+) -> RunRecord:
     if not valid(run_id):
         raise HTTPException(400, wrong)
     record = state.get_run(run_id)
